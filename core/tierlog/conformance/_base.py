@@ -1,0 +1,113 @@
+"""What both conformance suites share: capabilities with reasons, and configuring the plugin.
+
+A suite finds the plugin class on the subclass (``plugin_class``) or, when run through
+``tierlog conformance`` / the pytest options, from the registry by name. Its configuration is,
+in order: the ``--tierlog-config key=value`` options; the subclass's ``config`` attribute; the
+plugin class's own ``conformance_config()`` classmethod. ``conformance_config()`` runs with
+``tempfile.tempdir`` pointed at the test's ``tmp_path``, so a plugin that makes a fresh
+temporary directory with ``tempfile.mkdtemp()`` gets one that pytest cleans up.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from tierlog.spi.plugins import get_registry
+
+RSM_OPTION = "tierlog_rsm"
+RLMM_OPTION = "tierlog_rlmm"
+CONFIG_OPTION = "tierlog_config"
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A capability the plugin does not have, and why; tests that need it skip with the reason."""
+
+    reason: str
+
+
+Capability = bool | Unsupported
+"""``True`` when supported, or ``Unsupported("why")``. A bare ``False`` is refused: every skip
+must carry a reason."""
+
+
+def require(capability: Capability, name: str) -> None:
+    """Skip the calling test unless ``capability`` is supported."""
+    if capability is True:
+        return
+    if isinstance(capability, Unsupported):
+        pytest.skip(f"{name} not supported: {capability.reason}")
+    raise TypeError(
+        f"capability {name} must be True or Unsupported('reason'), got {capability!r}"
+    )
+
+
+def parse_config_options(values: list[str] | None) -> dict[str, str] | None:
+    """``["k=v", ...]`` from ``--tierlog-config`` as a dict; ``None`` when none were given."""
+    if not values:
+        return None
+    config: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise pytest.UsageError(f"--tierlog-config expects key=value, got {item!r}")
+        config[key.strip()] = value
+    return config
+
+
+class SuiteBase:
+    """Base of ``RemoteStorageManagerSuite`` and ``RemoteLogMetadataManagerSuite``."""
+
+    plugin_class: ClassVar[type | None] = None
+    """The class under test; leave ``None`` to take it from ``--tierlog-rsm``/``--tierlog-rlmm``."""
+
+    config: ClassVar[Mapping[str, str] | None] = None
+    """A fixed configuration; leave ``None`` to use the plugin's ``conformance_config()``."""
+
+    _option_name: ClassVar[str] = ""
+    _kind: ClassVar[str] = ""
+
+    @classmethod
+    def _resolve_plugin_class(cls, pytest_config: pytest.Config) -> type:
+        name = pytest_config.getoption(cls._option_name, default=None)
+        if cls.plugin_class is not None:
+            return cls.plugin_class
+        if not name:
+            pytest.skip(
+                f"no {cls._kind} under test: set plugin_class on {cls.__name__} or pass "
+                f"--{cls._option_name.replace('_', '-')} NAME"
+            )
+        registry = get_registry()
+        if cls._kind == "rsm":
+            return registry.storage_manager_class(name)
+        return registry.metadata_manager_class(name)
+
+    @classmethod
+    def _make_config(
+        cls, pytest_config: pytest.Config, plugin_class: type, tmp_path: Path
+    ) -> dict[str, str]:
+        given = parse_config_options(pytest_config.getoption(CONFIG_OPTION, default=None))
+        if given is not None:
+            return given
+        if cls.config is not None:
+            return dict(cls.config)
+        factory: Any = getattr(plugin_class, "conformance_config", None)
+        if factory is None:
+            pytest.fail(
+                f"{plugin_class.__qualname__} has no conformance_config() classmethod and no "
+                "configuration was given: pass --tierlog-config key=value or set `config` on "
+                f"{cls.__name__}",
+                pytrace=False,
+            )
+        saved = tempfile.tempdir
+        tempfile.tempdir = str(tmp_path)
+        try:
+            return {str(k): str(v) for k, v in dict(factory()).items()}
+        finally:
+            tempfile.tempdir = saved

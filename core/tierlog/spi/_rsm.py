@@ -1,0 +1,112 @@
+"""The RemoteStorageManager contract: where segment data and indexes live remotely."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from types import TracebackType
+from typing import BinaryIO, Self
+
+from tierlog.spi._model import (
+    CustomMetadata,
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+)
+
+
+class RemoteStorageManager(abc.ABC):
+    """Copies, fetches and deletes the data of remote log segments (Kafka's RSM).
+
+    Lifecycle, as in Kafka: the class is constructed with no arguments, then ``configure`` is
+    called once with the ``rsm.config.`` keys (prefix already stripped), then any number of
+    operations, possibly from several threads at once, then ``close``.
+
+    The metadata of segments lives in the RemoteLogMetadataManager, which is strongly
+    consistent, so an RSM may sit on an eventually consistent store: the RLM never reads a
+    segment whose copy it has not seen finish, and never lists the store.
+
+    Every segment copy carries a fresh ``RemoteLogSegmentId``, even when the RLM retries the same
+    local segment, so objects of an abandoned attempt never collide with a later one.
+
+    A plugin may define ``conformance_config()`` (a classmethod returning a config mapping, for
+    example with a fresh temporary directory); the conformance suite uses it when the user gives
+    no configuration.
+    """
+
+    @abc.abstractmethod
+    def configure(self, configs: Mapping[str, str]) -> None:
+        """Apply the plugin's configuration (keys without the ``rsm.config.`` prefix).
+
+        Raises ``ConfigError`` naming the key for a missing, malformed or unknown setting.
+        """
+
+    @abc.abstractmethod
+    def copy_log_segment_data(
+        self,
+        remote_log_segment_metadata: RemoteLogSegmentMetadata,
+        log_segment_data: LogSegmentData,
+    ) -> CustomMetadata | None:
+        """Copy a sealed segment and all its indexes to remote storage.
+
+        Idempotent: a retry for the same ``remote_log_segment_id`` overwrites whatever an earlier
+        attempt left, and does not fail because content exists. The copy is complete and
+        durable when this returns; the returned custom metadata (or ``None``) is stored with the
+        segment's metadata by the RLM.
+
+        Raises ``RetriableRemoteStorageException`` for a transient failure and
+        ``RemoteStorageException`` for any other.
+        """
+
+    @abc.abstractmethod
+    def fetch_log_segment(
+        self,
+        remote_log_segment_metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        """A stream of the segment's bytes from ``start_position`` to ``end_position``, inclusive.
+
+        With no ``end_position`` the stream runs to the end of the segment; an end position past
+        the end is clamped to it; a start position at or past the end gives an empty stream.
+        ``start_position < 0`` or ``start_position > end_position`` raises ``ValueError``
+        (``InvalidArgumentError``). The caller closes the stream. A missing segment raises
+        ``RemoteResourceNotFoundException``. Implementations must stream: never hold the whole
+        segment in memory.
+        """
+
+    @abc.abstractmethod
+    def fetch_index(
+        self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType
+    ) -> BinaryIO:
+        """A stream of one of the segment's indexes.
+
+        A missing index, notably the transaction index of a segment without aborted
+        transactions, raises ``RemoteResourceNotFoundException`` (never returns an empty stream
+        or ``None``); callers then rebuild the index from the segment.
+        """
+
+    @abc.abstractmethod
+    def delete_log_segment_data(
+        self, remote_log_segment_metadata: RemoteLogSegmentMetadata
+    ) -> None:
+        """Delete the segment and its indexes.
+
+        Idempotent: deleting what is already gone succeeds (no
+        ``RemoteResourceNotFoundException``). Raises ``RetriableRemoteStorageException`` for a
+        transient failure.
+        """
+
+    def close(self) -> None:  # noqa: B027 - a no-op default is the contract
+        """Release clients, threads and files. Called once; the default does nothing."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
