@@ -47,3 +47,4 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "tierlog_large: a conformance test that moves hundreds of MiB"
     )
+    config.addinivalue_line("markers", "slow: a long-running test")

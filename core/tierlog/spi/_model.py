@@ -146,7 +146,9 @@ class RemotePartitionDeleteState(enum.IntEnum):
         try:
             return cls(state_id)
         except ValueError:
-            raise InvalidArgumentError(f"unknown RemotePartitionDeleteState id {state_id}") from None
+            raise InvalidArgumentError(
+                f"unknown RemotePartitionDeleteState id {state_id}"
+            ) from None
 
     @staticmethod
     def is_valid_transition(
@@ -211,7 +213,8 @@ class RemoteLogSegmentMetadata:
             raise InvalidArgumentError("segmentLeaderEpochs can not be null or empty")
         if not isinstance(self.state, RemoteLogSegmentState):
             raise InvalidArgumentError(f"state must be a RemoteLogSegmentState: {self.state!r}")
-        object.__setattr__(self, "segment_leader_epochs", _frozen_epochs(self.segment_leader_epochs))
+        epochs = _frozen_epochs(self.segment_leader_epochs)
+        object.__setattr__(self, "segment_leader_epochs", epochs)
 
     @property
     def topic_id_partition(self) -> TopicIdPartition:

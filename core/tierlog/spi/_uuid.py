@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import secrets
 from typing import Final
 
@@ -38,7 +39,7 @@ class Uuid:
     # Construction -------------------------------------------------------------------------------
     @classmethod
     def from_bytes(cls, data: bytes) -> Uuid:
-        """Build from 16 big-endian bytes (msb first), the on-wire layout of Kafka's ``uuid`` type."""
+        """Build from 16 big-endian bytes (msb first): the wire layout of Kafka's ``uuid``."""
         if len(data) != 16:
             raise InvalidArgumentError(f"a Uuid is 16 bytes, got {len(data)}")
         value = int.from_bytes(data, "big")
@@ -93,7 +94,7 @@ class Uuid:
         return _signed64(self._value)
 
     @property
-    def int(self) -> int:
+    def int(self) -> builtins.int:
         """The unsigned 128-bit value."""
         return self._value
 
@@ -112,7 +113,7 @@ class Uuid:
     def __lt__(self, other: Uuid) -> bool:
         return self._value < other._value
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> builtins.int:
         return hash(self._value)
 
     def __str__(self) -> str:
@@ -121,7 +122,7 @@ class Uuid:
     def __repr__(self) -> str:
         return f"Uuid({str(self)!r})"
 
-    def __reduce__(self) -> tuple[type[Uuid], tuple[int, int]]:
+    def __reduce__(self) -> tuple[type[Uuid], tuple[builtins.int, builtins.int]]:
         return (Uuid, (self._value >> 64, self._value & _MASK64))
 
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
-from typing import Literal, TypeVar
+from typing import Literal, cast
 
 import pluggy
 
@@ -30,7 +30,6 @@ from tierlog.spi._rsm import RemoteStorageManager
 log = logging.getLogger(__name__)
 
 Kind = Literal["rsm", "rlmm"]
-_T = TypeVar("_T")
 
 CORE_DISTRIBUTION = "tierlog"
 BUILTIN_PLUGIN_MODULES: Mapping[str, str] = {
@@ -117,8 +116,8 @@ class PluginRegistry:
         """Register an in-process plugin object (a module or instance with hookimpls)."""
         with self._lock:
             self._ensure_loaded()
-            self._add(plugin, name or getattr(plugin, "__name__", repr(plugin)), distribution,
-                      version)
+            label = name or str(getattr(plugin, "__name__", repr(plugin)))
+            self._add(plugin, label, distribution, version)
 
     def _ensure_loaded(self) -> None:
         with self._lock:
@@ -223,11 +222,13 @@ class PluginRegistry:
 
     def storage_manager_class(self, name: str) -> type[RemoteStorageManager]:
         """The RSM class registered as ``name``, or named ``package.module:ClassName``."""
-        return self._resolve(name, "rsm", RemoteStorageManager, self.storage_managers)
+        cls = self._resolve(name, "rsm", RemoteStorageManager, self.storage_managers)
+        return cast("type[RemoteStorageManager]", cls)
 
     def metadata_manager_class(self, name: str) -> type[RemoteLogMetadataManager]:
         """The RLMM class registered as ``name``, or named ``package.module:ClassName``."""
-        return self._resolve(name, "rlmm", RemoteLogMetadataManager, self.metadata_managers)
+        cls = self._resolve(name, "rlmm", RemoteLogMetadataManager, self.metadata_managers)
+        return cast("type[RemoteLogMetadataManager]", cls)
 
     def create_storage_manager(
         self, name: str, configs: Mapping[str, str]
@@ -246,8 +247,7 @@ class PluginRegistry:
         return instance
 
     @staticmethod
-    def _resolve(name: str, kind: Kind, base: type[_T], table: Mapping[str, PluginInfo]
-                 ) -> type[_T]:
+    def _resolve(name: str, kind: Kind, base: type, table: Mapping[str, PluginInfo]) -> type:
         info = table.get(name)
         if info is not None:
             return info.cls

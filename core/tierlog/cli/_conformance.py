@@ -1,0 +1,70 @@
+"""``tierlog conformance``: run the shipped suite on an installed plugin.
+
+The suite is ordinary pytest; this command only points pytest at the suite module inside the
+package (``tierlog/conformance/_selected.py``) with the plugin chosen by name. Arguments after
+``--`` go to pytest unchanged (``-x``, ``-k name``, ``-q``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from tierlog.spi.plugins import get_registry
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "conformance",
+        help="run the conformance suite on an RSM or RLMM plugin",
+        description="Run tierlog's conformance suite on a plugin; the exit code is the verdict "
+        "(0 passed, 1 failed). Extra arguments after -- are passed to pytest.",
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--rsm", metavar="NAME", help="RemoteStorageManager: name or module:Class")
+    target.add_argument(
+        "--rlmm", metavar="NAME", help="RemoteLogMetadataManager: name or module:Class"
+    )
+    parser.add_argument(
+        "--config",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="plugin configuration (repeatable); default: the plugin's conformance_config()",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="skip the large-data tests (256 MiB segment)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """The pytest command line that runs the suite for ``args``."""
+    import tierlog.conformance
+
+    module = Path(tierlog.conformance.__file__).with_name("_selected.py")
+    registry = get_registry()
+    if args.rsm:
+        registry.storage_manager_class(args.rsm)  # fail fast, with the registry's message
+        node = f"{module}::TestSelectedRemoteStorageManager"
+        argv = [node, "--tierlog-rsm", args.rsm]
+    else:
+        registry.metadata_manager_class(args.rlmm)
+        node = f"{module}::TestSelectedRemoteLogMetadataManager"
+        argv = [node, "--tierlog-rlmm", args.rlmm]
+    for item in args.config:
+        argv += ["--tierlog-config", item]
+    if args.quick:
+        argv += ["-m", "not tierlog_large"]
+    passthrough = extra[1:] if extra[:1] == ["--"] else extra
+    return [*argv, "-p", "no:cacheprovider", *passthrough]
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    try:
+        import pytest
+    except ImportError:  # pragma: no cover - depends on the environment
+        print("tierlog conformance needs pytest: pip install 'tierlog[conformance]'")
+        return 2
+    return int(pytest.main(pytest_arguments(args, extra)))

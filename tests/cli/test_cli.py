@@ -1,0 +1,154 @@
+"""The ``tierlog`` command: plugins listing, metadata tools and the conformance runner."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tierlog.cli import main
+
+WORKED_EXAMPLE = (
+    "010000" "04666f6f" "069f530ddb894466bd439ae5bc224ec6" "00000000" "00"
+    "0102030405060708090a0b0c0d0e0f10" "00"
+    "0000000000000000" "0000000000000063" "00000001" "0000018bcfe56800" "0000018bcfe56be8"
+    "02" "00000000" "0000000000000000" "00" "00000400" "03cafe" "00" "01000101"
+)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_worked_example_is_107_bytes() -> None:
+    assert len(bytes.fromhex(WORKED_EXAMPLE)) == 107
+
+
+def test_plugins_lists_builtins_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "plugins")
+    assert code == 0
+    rows = {(r["kind"], r["name"]): r for r in json.loads(out)}
+    local = rows[("rsm", "local")]
+    assert local["class"] == "tierlog.storage.local:LocalTieredStorage"
+    assert local["distribution"] == "tierlog" and local["error"] is None
+    assert rows[("rlmm", "embedded")]["class"] == (
+        "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager")
+    assert set(local) == {"name", "kind", "class", "version", "distribution", "plugin", "error"}
+
+
+def test_decode_then_encode_round_trips(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "metadata", "decode", WORKED_EXAMPLE)
+    assert code == 0
+    decoded = json.loads(out)
+    assert decoded["startOffset"] == 0 and decoded["endOffset"] == 99
+    code, out, _ = run_cli(capsys, "metadata", "encode", out)
+    assert code == 0
+    assert out.strip() == WORKED_EXAMPLE
+
+
+def test_decode_and_encode_read_stdin(capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(WORKED_EXAMPLE + "\n"))
+    code, out, _ = run_cli(capsys, "metadata", "decode", "-")
+    assert code == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO(out))
+    code, out2, _ = run_cli(capsys, "metadata", "encode", "-")
+    assert (code, out2.strip()) == (0, WORKED_EXAMPLE)
+
+
+def test_decode_kafka_format(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "metadata", "decode", "--format", "kafka",
+                           "--partition", "3", "--offset", "17", WORKED_EXAMPLE)
+    assert code == 0
+    assert out == (
+        "partition: 3, offset: 17, value: RemoteLogSegmentMetadata{remoteLogSegmentId="
+        "RemoteLogSegmentId{topicIdPartition=Bp9TDduJRGa9Q5rlvCJOxg:foo-0, "
+        "id=AQIDBAUGBwgJCgsMDQ4PEA}, startOffset=0, endOffset=99, brokerId=1, "
+        "maxTimestampMs=1700000000000, eventTimestampMs=1700000001000, "
+        "segmentLeaderEpochs={0=0}, segmentSizeInBytes=1024, "
+        "customMetadata=Optional[CustomMetadata{2 bytes}], state=COPY_SEGMENT_STARTED, "
+        "txnIdxEmpty=true}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("zz", "not hexadecimal"),
+        ("000000", "frame version 0"),
+        (WORKED_EXAMPLE[:-6], ""),
+        (WORKED_EXAMPLE + "00", "garbage"),
+        ("010900", "9"),
+    ],
+)
+def test_decode_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str], value: str,
+                                               message: str) -> None:
+    code, out, err = run_cli(capsys, "metadata", "decode", value)
+    assert code == 2 and out == ""
+    assert err.startswith("tierlog: error:") and message in err
+
+
+def test_encode_rejects_non_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "metadata", "encode", "{nope")
+    assert code == 2 and "not JSON" in err
+
+
+def test_partition_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from tierlog.metadata.partitioner import metadata_partition
+    from tierlog.spi import TopicIdPartition, Uuid
+
+    topic_id = "Bp9TDduJRGa9Q5rlvCJOxg"
+    for p in range(4):
+        code, out, _ = run_cli(capsys, "metadata", "partition", "--topic-id", topic_id,
+                               "--partition", str(p), "--partitions", "5")
+        assert code == 0
+        expected = metadata_partition(TopicIdPartition(Uuid.from_string(topic_id), "", p), 5)
+        assert int(out) == expected
+    code, _, err = run_cli(capsys, "metadata", "partition", "--topic-id", "bad",
+                           "--partition", "0")
+    assert code == 2 and "invalid Uuid" in err
+
+
+def test_conformance_unknown_plugin_fails_fast(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "conformance", "--rsm", "no-such-rsm")
+    assert code == 2 and "no rsm plugin named 'no-such-rsm'" in err
+
+
+def _conformance(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tierlog.cli", "conformance", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=600, check=False,
+    )
+
+
+def test_conformance_passes_on_the_embedded_defaults(tmp_path: Path) -> None:
+    """The CLI wiring: the selected suite runs on the named plugin and exits 0."""
+    for target in (["--rsm", "local", "--quick"], ["--rlmm", "embedded"]):
+        result = _conformance(*target, "--", "-q", "-x", cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert " passed" in result.stdout
+
+
+def test_conformance_verdict_is_the_exit_code(tmp_path: Path) -> None:
+    """A plugin that breaks the contract makes the command exit 1."""
+    (tmp_path / "broken_rsm.py").write_text(
+        "from tierlog.storage.local import LocalTieredStorage\n"
+        "from tierlog.spi import RemoteResourceNotFoundException\n"
+        "class Broken(LocalTieredStorage):\n"
+        "    def delete_log_segment_data(self, m):\n"
+        "        raise RemoteResourceNotFoundException('gone')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "tierlog.cli", "conformance", "--rsm", "broken_rsm:Broken",
+         "--quick", "--", "-q"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "failed" in result.stdout
