@@ -19,7 +19,7 @@ def make_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeDist:
     monkeypatch.syspath_prepend(str(tmp_path))
 
     def make(name: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
-        info = tmp_path / f"{name}-1.2.3.dist-info"
+        info = tmp_path / f"{name.replace('-', '_')}-1.2.3.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.2.3\n")
         lines = "\n".join(f"{k} = {v}" for k, v in entry_points.items())

@@ -8,9 +8,11 @@ package (``tierlog/conformance/_selected.py``) with the plugin chosen by name. A
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 from typing import Any
 
+from tierlog.spi import PluginError
 from tierlog.spi.plugins import get_registry
 
 
@@ -41,9 +43,12 @@ def add_parser(commands: Any) -> None:
 
 def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
     """The pytest command line that runs the suite for ``args``."""
-    import tierlog.conformance
-
-    module = Path(tierlog.conformance.__file__).with_name("_selected.py")
+    # Locate the suite without importing it: modules pytest will load must not be imported
+    # before pytest.main, or pytest cannot rewrite their asserts.
+    spec = importlib.util.find_spec("tierlog.conformance")
+    if spec is None or spec.origin is None:  # pragma: no cover - broken installation
+        raise PluginError("the tierlog.conformance package is not installed")
+    module = Path(spec.origin).with_name("_selected.py")
     registry = get_registry()
     if args.rsm:
         registry.storage_manager_class(args.rsm)  # fail fast, with the registry's message

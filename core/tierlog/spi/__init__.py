@@ -4,6 +4,7 @@ plugin discovery. Everything a plugin author imports comes from here."""
 from tierlog.spi._errors import (
     ConfigError,
     CorruptLogError,
+    CorruptRecordError,
     IllegalStateError,
     InvalidArgumentError,
     MetadataRecordError,
@@ -40,6 +41,7 @@ __all__ = [
     "ZERO_UUID",
     "ConfigError",
     "CorruptLogError",
+    "CorruptRecordError",
     "CustomMetadata",
     "IllegalStateError",
     "IndexType",

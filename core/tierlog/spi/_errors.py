@@ -54,5 +54,19 @@ class MetadataRecordError(TierlogError, ValueError):
     """
 
 
-class CorruptLogError(TierlogError):
-    """A persisted log (for example the embedded metadata store) is corrupt beyond its tail."""
+class CorruptRecordError(TierlogError):
+    """Persisted bytes are corrupt: a record batch, an index, a checkpoint or a local log.
+
+    The message names the file (when there is one) and the byte position, and what was wrong
+    (bad CRC, bad magic, impossible length, truncation). ``path`` and ``position`` carry the same
+    facts for programs.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, position: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.position = position
+
+
+CorruptLogError = CorruptRecordError
+"""Former name of ``CorruptRecordError``, kept while callers move over."""

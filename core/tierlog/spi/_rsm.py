@@ -38,7 +38,8 @@ class RemoteStorageManager(abc.ABC):
     def configure(self, configs: Mapping[str, str]) -> None:
         """Apply the plugin's configuration (keys without the ``rsm.config.`` prefix).
 
-        Raises ``ConfigError`` naming the key for a missing, malformed or unknown setting.
+        Raises ``ConfigError`` naming the key for a missing or malformed setting. Unknown keys
+        are reported (logged), not fatal: the RLM passes extra keys such as ``node.id``.
         """
 
     @abc.abstractmethod

@@ -74,6 +74,10 @@ class PluginFailure:
     error: str
 
 
+def _dist_name(ep: importlib_metadata.EntryPoint) -> str | None:
+    return ep.dist.name if ep.dist is not None else None
+
+
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
@@ -102,7 +106,6 @@ class PluginRegistry:
         self._storage: dict[str, PluginInfo] = {}
         self._metadata: dict[str, PluginInfo] = {}
         self._failures: list[PluginFailure] = []
-        self._sources: dict[int, tuple[str, str | None, str | None]] = {}
 
     # Loading ------------------------------------------------------------------------------------
     def register_plugin(
@@ -126,15 +129,20 @@ class PluginRegistry:
             self._loaded = True
             if not self._load_entry_points:
                 return
-            seen_core = set()
-            for ep in sorted(importlib_metadata.entry_points(group=self._group),
-                             key=lambda e: e.name):
-                dist = ep.dist.name if ep.dist is not None else None
+            # The core's own plugins first, so their names cannot be taken by another plugin.
+            # From a source tree without installation there are no core entry points: the
+            # built-in modules are then registered directly, still first.
+            eps = sorted(importlib_metadata.entry_points(group=self._group),
+                         key=lambda e: (_dist_name(e) != CORE_DISTRIBUTION, e.name))
+            if not any(_dist_name(ep) == CORE_DISTRIBUTION for ep in eps):
+                for name, module in BUILTIN_PLUGIN_MODULES.items():
+                    self._add(importlib.import_module(module), name, CORE_DISTRIBUTION, None)
+            for ep in eps:
+                dist = _dist_name(ep)
                 version = ep.dist.version if ep.dist is not None else None
-                is_core = dist == CORE_DISTRIBUTION
-                if is_core:
-                    seen_core.add(ep.name)
-                elif self._only is not None and ep.name not in self._only:
+                if dist != CORE_DISTRIBUTION and self._only is not None and (
+                    ep.name not in self._only
+                ):
                     log.debug("plugin %s skipped: not in %s", ep.name, LOAD_ENV)
                     continue
                 if self._pm.has_plugin(ep.name):
@@ -146,9 +154,6 @@ class PluginRegistry:
                                f"cannot import {ep.value}: {type(exc).__name__}: {exc}", exc)
                     continue
                 self._add(plugin, ep.name, dist, version)
-            for name, module in BUILTIN_PLUGIN_MODULES.items():
-                if name not in seen_core:
-                    self._add(importlib.import_module(module), name, CORE_DISTRIBUTION, None)
 
     def _fail(
         self,
