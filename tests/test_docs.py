@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from tierlog.cli import build_parser
 from tierlog.spi import hookspecs
 

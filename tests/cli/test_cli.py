@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tierlog.cli import main
 
 WORKED_EXAMPLE = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tierlog.conformance import RemoteStorageManagerSuite
 from tierlog.storage.local import LocalTieredStorage
 

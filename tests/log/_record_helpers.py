@@ -7,6 +7,7 @@ The CRC here is the textbook reflected algorithm (polynomial 0x82F63B78), delibe
 from __future__ import annotations
 
 from hypothesis import strategies as st
+
 from tierlog.log.record import NO_TIMESTAMP, Record
 
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tierlog.log import compression
 from tierlog.log.compression import (
     XERIAL_HEADER,

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tierlog.log.index import (
     BatchIndexInfo,
     CorruptIndexError,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tierlog.log.batch import (
     ControlRecordType,
     TimestampType,

@@ -14,6 +14,7 @@ import google_crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tierlog.log.files import producer_snapshot_file
 from tierlog.log.producer_snapshot import (
     PRODUCER_SNAPSHOT_ENTRY_SIZE,

@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+
 from tierlog.log.batch import (
     RECORD_BATCH_OVERHEAD,
     ControlRecordType,

@@ -7,6 +7,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tierlog.log.batch import (
     HEADER,
     RECORD_BATCH_OVERHEAD,

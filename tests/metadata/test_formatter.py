@@ -7,6 +7,7 @@ Kafka 4.1.0's formatter (kafka-storage from Maven Central) for the records of ``
 from __future__ import annotations
 
 import pytest
+
 from tierlog.metadata.formatter import format_record, kafka_string
 from tierlog.metadata.serde import (
     RemoteLogSegmentMetadataSnapshot,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from tierlog.metadata import partitioner
 from tierlog.metadata.partitioner import (
     RemoteLogMetadataTopicPartitioner,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tierlog.metadata import serde
 from tierlog.metadata.serde import (
     DecodedRecord,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from tierlog.spi import PluginError, RemoteLogMetadataManager, RemoteStorageManager
 from tierlog.spi.plugins import PluginRegistry, class_path
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream
 from tierlog.spi import (
     ConfigError,

@@ -104,9 +104,12 @@ class RemoteLogMetadataManager(abc.ABC):
     ) -> Iterator[RemoteLogSegmentMetadata]:
         """Segments not yet ``DELETE_SEGMENT_FINISHED``.
 
-        With ``leader_epoch``: the segments holding that epoch, sorted by start offset
-        (an unknown epoch gives nothing). Without: every segment of the partition, in no
-        particular order. An unknown partition raises ``RemoteResourceNotFoundException``.
+        With ``leader_epoch``: the segments holding that epoch, in ascending order of the offset
+        at which each starts that epoch; when some of them are in progress, being deleted or
+        replaced by an overlapping copy, the whole list is sorted by ``start_offset`` (a stable
+        sort), exactly as Kafka does. An unknown epoch gives nothing. Without ``leader_epoch``:
+        every segment of the partition, in no particular order. An unknown partition raises
+        ``RemoteResourceNotFoundException``.
         """
 
     @abc.abstractmethod

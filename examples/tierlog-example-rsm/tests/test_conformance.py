@@ -1,8 +1,9 @@
 """tierlog's RemoteStorageManager conformance suite on this plugin: the whole test module."""
 
+from tierlog_example_rsm import MemoryRemoteStorage, stored_keys
+
 from tierlog.conformance import RemoteStorageManagerSuite
 from tierlog.spi import RemoteStorageManager
-from tierlog_example_rsm import MemoryRemoteStorage, stored_keys
 
 
 class TestMemoryRemoteStorage(RemoteStorageManagerSuite):
