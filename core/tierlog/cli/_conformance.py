@@ -63,7 +63,10 @@ def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
     if args.quick:
         argv += ["-m", "not tierlog_large"]
     passthrough = extra[1:] if extra[:1] == ["--"] else extra
-    return [*argv, "-p", "no:cacheprovider", *passthrough]
+    # tierlog itself is imported before pytest starts, so pytest cannot rewrite its asserts;
+    # the suite's assertions carry their own messages, so the warning is noise.
+    quiet = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    return [*argv, "-p", "no:cacheprovider", *quiet, *passthrough]
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:

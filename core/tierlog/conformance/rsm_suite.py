@@ -372,9 +372,15 @@ class RemoteStorageManagerSuite(SuiteBase):
 
         With it, the suite walks the file system itself (not through the RSM API) to check that
         hostile topic names write nothing outside this directory, and ``stored_objects``
-        defaults to the files found under it.
+        defaults to the files found under it. The default asks the plugin: an RSM may define
+        ``conformance_store_root()`` returning that directory, which is how
+        ``tierlog conformance --rsm NAME`` gets it.
         """
-        return None
+        hook: Any = getattr(rsm, "conformance_store_root", None)
+        if hook is None:
+            return None
+        root = hook()
+        return None if root is None else Path(root)
 
     def stored_objects(self, rsm: RemoteStorageManager) -> set[str] | None:
         """Names of every object currently stored, listed without the API under test (a

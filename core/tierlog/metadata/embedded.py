@@ -11,7 +11,9 @@ Configuration (the ``rlmm.config.`` keys, prefix stripped)
 ----------------------------------------------------------
 ``dir``
     The directory of the record logs. Without it, ``<log.dir>/__remote_log_metadata`` (the RLM
-    passes ``log.dir``). One of the two is required.
+    passes ``log.dir``). One of the two is required. When tierlog shares ``log.dir`` with a
+    Kafka broker, set ``dir`` outside it: a broker refuses to start on a directory in its log
+    dir that is not named like a topic partition.
 ``remote.log.metadata.topic.num.partitions``
     Kafka's key, default 50. It is written to ``<dir>/rlmm.properties`` on first start; a later
     start with another value is refused (``ConfigError``), as Kafka refuses a metadata topic

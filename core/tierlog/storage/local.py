@@ -352,6 +352,10 @@ class LocalTieredStorage(RemoteStorageManager):
         """``<dir>/kafka-tiered-storage``, the root of everything this instance stores."""
         return self._require_root()
 
+    def conformance_store_root(self) -> Path:
+        """For the conformance suite: the directory to walk when checking what is stored."""
+        return self.storage_directory
+
     @property
     def node_id(self) -> int | None:
         """``node.id`` (or the deprecated ``broker.id``) if configured."""
