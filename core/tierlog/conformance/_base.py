@@ -14,11 +14,13 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 
 from tierlog.spi.plugins import get_registry
+
+_Caps = TypeVar("_Caps")
 
 RSM_OPTION = "tierlog_rsm"
 RLMM_OPTION = "tierlog_rlmm"
@@ -124,6 +126,34 @@ class SuiteBase:
         if cls._kind == "rsm":
             return registry.storage_manager_class(name)
         return registry.metadata_manager_class(name)
+
+    @classmethod
+    def _plugin_class_of(cls, pytest_config: pytest.Config, base: type) -> type:
+        """The class under test, checked to implement ``base``."""
+        plugin = cls._resolve_plugin_class(pytest_config)
+        if not (isinstance(plugin, type) and issubclass(plugin, base)):
+            pytest.fail(f"{plugin!r} is not a {base.__name__} subclass", pytrace=False)
+        return plugin
+
+    @staticmethod
+    def _declared_capabilities(
+        declared_on_suite: _Caps | None, plugin_class: type, kind: type[_Caps]
+    ) -> _Caps:
+        """The suite subclass's capabilities, else the plugin's ``conformance_capabilities()``,
+        else everything supported."""
+        if declared_on_suite is not None:
+            return declared_on_suite
+        factory: Any = getattr(plugin_class, "conformance_capabilities", None)
+        if factory is None:
+            return kind()
+        declared = factory()
+        if not isinstance(declared, kind):
+            pytest.fail(
+                f"{plugin_class.__qualname__}.conformance_capabilities() must return "
+                f"{kind.__name__}, got {declared!r}",
+                pytrace=False,
+            )
+        return declared
 
     @classmethod
     def _make_config(

@@ -905,10 +905,7 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
     @pytest.fixture
     def rlmm_class(self, request: pytest.FixtureRequest) -> type[RemoteLogMetadataManager]:
         """The class under test: ``plugin_class`` or the ``--tierlog-rlmm`` plugin."""
-        cls = self._resolve_plugin_class(request.config)
-        if not (isinstance(cls, type) and issubclass(cls, RemoteLogMetadataManager)):
-            pytest.fail(f"{cls!r} is not a RemoteLogMetadataManager subclass", pytrace=False)
-        return cls
+        return self._plugin_class_of(request.config, RemoteLogMetadataManager)
 
     @pytest.fixture
     def rlmm_config(
@@ -926,19 +923,9 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         self, rlmm_class: type[RemoteLogMetadataManager]
     ) -> RemoteLogMetadataManagerCapabilities:
         """The declared capabilities: the subclass's, else the plugin's, else all supported."""
-        if self.capabilities is not None:
-            return self.capabilities
-        factory: Any = getattr(rlmm_class, "conformance_capabilities", None)
-        if factory is None:
-            return RemoteLogMetadataManagerCapabilities()
-        caps = factory()
-        if not isinstance(caps, RemoteLogMetadataManagerCapabilities):
-            pytest.fail(
-                f"{rlmm_class.__qualname__}.conformance_capabilities() must return "
-                f"RemoteLogMetadataManagerCapabilities, got {caps!r}",
-                pytrace=False,
-            )
-        return caps
+        return self._declared_capabilities(
+            self.capabilities, rlmm_class, RemoteLogMetadataManagerCapabilities
+        )
 
     @pytest.fixture
     def rlmm_factory(

@@ -401,10 +401,7 @@ class RemoteStorageManagerSuite(SuiteBase):
     @pytest.fixture
     def rsm_class(self, request: pytest.FixtureRequest) -> type[RemoteStorageManager]:
         """The class under test: ``plugin_class`` or the ``--tierlog-rsm`` plugin."""
-        cls = self._resolve_plugin_class(request.config)
-        if not (isinstance(cls, type) and issubclass(cls, RemoteStorageManager)):
-            pytest.fail(f"{cls!r} is not a RemoteStorageManager subclass", pytrace=False)
-        return cls
+        return self._plugin_class_of(request.config, RemoteStorageManager)
 
     @pytest.fixture
     def rsm_config(
@@ -421,19 +418,9 @@ class RemoteStorageManagerSuite(SuiteBase):
         self, rsm_class: type[RemoteStorageManager]
     ) -> RemoteStorageManagerCapabilities:
         """The declared capabilities: the subclass's, else the plugin's, else all supported."""
-        if self.capabilities is not None:
-            return self.capabilities
-        factory: Any = getattr(rsm_class, "conformance_capabilities", None)
-        if factory is None:
-            return RemoteStorageManagerCapabilities()
-        declared = factory()
-        if not isinstance(declared, RemoteStorageManagerCapabilities):
-            pytest.fail(
-                f"{rsm_class.__qualname__}.conformance_capabilities() must return "
-                f"RemoteStorageManagerCapabilities, got {declared!r}",
-                pytrace=False,
-            )
-        return declared
+        return self._declared_capabilities(
+            self.capabilities, rsm_class, RemoteStorageManagerCapabilities
+        )
 
     @pytest.fixture
     def make_rsm(
