@@ -5,7 +5,8 @@ Subcommands:
 - ``plugins``: the installed RSM and RLMM plugins as JSON (and any that failed to load);
 - ``conformance --rsm NAME | --rlmm NAME [--config k=v ...]``: run the conformance suite on a
   plugin, exit code is the verdict;
-- ``metadata decode|encode|partition``: work with ``__remote_log_metadata`` records.
+- ``metadata decode|encode|partition``: work with ``__remote_log_metadata`` records;
+- ``log dump PATH``: print Kafka-format log files, like ``kafka-dump-log``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from tierlog._version import __version__
-from tierlog.cli import _conformance, _metadata, _plugins
+from tierlog.cli import _conformance, _log, _metadata, _plugins
 from tierlog.spi import TierlogError
 
 
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plugins.add_parser(commands)
     _conformance.add_parser(commands)
     _metadata.add_parser(commands)
+    _log.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,1264 @@
+"""``tierlog log dump``: print a partition's on-disk files, as Kafka's ``kafka-dump-log.sh``.
+
+Usage::
+
+    tierlog log dump [--deep] [--print-data-log] [--verify-index | --index-sanity-check]
+                     [--json] PATH [PATH ...]
+
+A PATH is a segment (``.log``), an offset index (``.index``), a time index (``.timeindex``), a
+transaction index (``.txnindex``), a producer snapshot (``.snapshot``), a
+``leader-epoch-checkpoint``, a ``partition.metadata``, or a partition directory (every such file
+in it, partition-level files first, then by offset; other entries are skipped with a note). The
+kind comes from the file name (``tierlog.log.files``): Kafka's ``<20 digits>.<kind>`` (also with
+``.deleted``, ``.cleaned`` or ``.swap`` appended, when named explicitly) and the remote layout of
+the ``local`` RSM, ``<20 digits>-<segmentId>.<kind>`` (and its ``.leader_epoch_checkpoint``), so
+a tiered copy of a segment dumps like the local one. A name of any other kind is a usage error.
+
+Options (Kafka's ``DumpLogSegments`` names are accepted as aliases):
+
+- ``--deep`` (``--deep-iteration``): also decode every record of every batch;
+- ``--print-data-log``: also print keys and values (as UTF-8, invalid bytes replaced, like
+  Kafka's ``StringDecoder``); implies ``--deep``, as in Kafka;
+- ``--verify-index`` (``--verify-index-only``): instead of listing an ``.index``/``.timeindex``,
+  check every entry against its segment (see *Index verification*); a ``.log`` named on the
+  command line also gets its two indexes checked after its dump;
+- ``--index-sanity-check``: instead of listing an index (``.txnindex`` included), run the check a
+  broker runs at startup to decide whether to rebuild it; a ``.log`` named on the command line
+  also gets its three indexes checked;
+- ``--json``: one JSON document instead of text (see *JSON*).
+
+Text output follows ``kafka-dump-log`` line for line, so the two tools' outputs can be diffed::
+
+    Dumping 00000000000000000000.log
+    Log starting offset: 0
+    baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1
+      producerEpoch: -1 partitionLeaderEpoch: 0 isTransactional: false isControl: false
+      deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1700000000002 size: 88
+      magic: 2 compresscodec: none crc: 1930876812 isvalid: true           (one line)
+    | offset: 0 CreateTime: 1700000000000 keySize: 1 valueSize: 5 sequence: -1 headerKeys: [a,b]
+      key: k payload: hello                          (--deep; key and payload: --print-data-log)
+    ...
+    | offset: 3 CreateTime: 1700000000009 keySize: 4 valueSize: 6 sequence: -1 headerKeys: []
+      endTxnMarker: COMMIT coordinatorEpoch: 3                             (a control record)
+
+Java's renderings are kept where Kafka prints them (``OptionalLong.empty``, ``OptionalLong[5]``,
+``true``/``false``, ``CreateTime``/``LogAppendTime``, the CRC as an unsigned decimal). Other files:
+``offset: O position: P`` (offset index), ``timestamp: T offset: O`` (time index), ``version: 0
+producerId: .. firstOffset: .. lastOffset: .. lastStableOffset: ..`` (transaction index),
+``producerId: .. producerEpoch: .. coordinatorEpoch: .. currentTxnFirstOffset: .. lastTimestamp:
+..`` plus ``firstSequence: .. lastSequence: .. lastOffset: .. offsetDelta: .. timestamp: ..`` when
+the producer has a batch (producer snapshot), all as Kafka; ``epoch: E startOffset: O``
+(leader-epoch-checkpoint) and ``version: V topicId: ID`` (partition.metadata), which Kafka's tool
+does not read; an index without entries prints ``<file> is empty.``. Problems go to stderr,
+one line each: ``tierlog: error: ...`` (corruption, with the file and byte position) and
+``tierlog: mismatch: ...`` (index verification); notes (skipped
+files, missing indexes) are ``tierlog: note: ...``.
+
+**JSON** (``--json``) is one document on stdout, written as it is produced, so a large segment is
+never held in memory::
+
+    {"version": 1, "files": [FILE, ...], "ok": true}
+
+``ok`` is false exactly when the exit code is 1. Each FILE has ``kind``, ``path``, fields of its
+kind, an array of its items, then a summary and ``errors`` (``[{"message": str, "position":
+int | null}]``, the same problems as the text's stderr lines):
+
+- ``"kind": "log"``: ``baseOffset``; ``batches``: ``{baseOffset, lastOffset, count, baseSequence,
+  lastSequence, producerId, producerEpoch, partitionLeaderEpoch, isTransactional, isControl,
+  deleteHorizonMs (int | null), position, timestampType ("CreateTime" | "LogAppendTime"),
+  maxTimestamp, size, magic, compressCodec, crc, isValid}``, with ``--deep`` also ``records``
+  (``null`` when the batch's records could not be decoded): ``{offset, timestamp, keySize,
+  valueSize, sequence, headerKeys}``, for a control record also ``controlType`` (``"COMMIT"``,
+  ``"ABORT"``, ...; ``null`` if unreadable) and, for COMMIT/ABORT, ``coordinatorEpoch``, and with
+  ``--print-data-log`` (not for control records) ``key`` and ``payload`` (str | null); summary:
+  ``validBytes`` (where the last readable batch ends) and ``trailingBytes`` (the file size
+  minus ``validBytes``).
+- ``"offset-index"``: ``baseOffset``; ``entries``: ``{offset, position}``.
+- ``"time-index"``: ``baseOffset``; ``entries``: ``{timestamp, offset}``.
+- With ``--verify-index`` an index has ``mismatches`` instead of ``entries``: ``{entry, offset,
+  position, logOffset, message}`` (offset index) or ``{entry, timestamp, offset, logOffset,
+  logTimestamp, message}`` (time index), where ``logOffset``/``logTimestamp`` are what the
+  segment holds there (``null`` when it holds no batch there); summary: ``segment`` and
+  ``entriesChecked``. With ``--index-sanity-check`` there is no array; summary:
+  ``sanityCheck`` (``"passed"`` | ``"failed"``).
+- ``"txn-index"``: ``baseOffset``; ``entries``: ``{version, producerId, firstOffset, lastOffset,
+  lastStableOffset}``.
+- ``"producer-snapshot"``: ``entries``: ``{producerId, producerEpoch, coordinatorEpoch,
+  currentTxnFirstOffset (int | null), lastTimestamp, firstSequence (int | null), lastSequence,
+  lastOffset, offsetDelta, timestamp}`` (the stored fields; ``firstSequence`` is derived as
+  Kafka does and ``null`` when the producer has no batch, ``lastOffset`` -1).
+- ``"leader-epoch-checkpoint"``: ``entries``: ``{epoch, startOffset}``.
+- ``"partition-metadata"``: ``version``, ``topicId``; no array.
+
+**Index verification** (Kafka's index checks in ``DumpLogSegments``, plus the structural ones its
+sanity check makes): for each offset index entry, the offset is at least the base offset and
+above the previous entry's, the position is above the previous one and inside the segment, and
+the batch at that position is a v2 batch whose last offset is the entry's offset; for each time
+index entry, the offset is at least the base offset and not below the previous one, the
+timestamp is above the previous one, the first batch whose last offset is >= the entry's offset
+ends exactly at it, and that batch's max timestamp is the entry's timestamp. Each failure is one
+mismatch naming the entry.
+
+**Corrupt input** never ends in a traceback: what could be read is printed, then the error names
+the file and byte position. A batch with a wrong CRC is printed with ``isvalid: false`` and the
+dump goes on with the next batch (its length still frames the file, as Kafka's tool does); a
+torn or malformed frame (truncated tail, bad length, bad magic) ends the file's dump with Kafka's
+``Found N invalid bytes at the end of NAME``; a legacy batch (magic 0 or 1) gives the typed
+``UnsupportedRecordFormatError`` message. Records that fail to decode are reported and the dump
+goes on with the next batch.
+
+Exit codes: 0 nothing wrong; 1 a file is corrupt, unreadable or unsupported, or an index does
+not match its segment; 2 usage errors (an unknown file kind, a missing path), found before
+anything is printed.
+
+Segments are streamed with ``tierlog.log.reader.iter_batches`` (headers, CRC-checked in the
+reader's fast path); a batch is read again with ``os.pread`` only to decode its records or to
+recheck a CRC the reader refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import struct
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TextIO
+
+from tierlog.log.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    HEADER,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    ControlRecordType,
+    RecordBatch,
+    TimestampType,
+    UnsupportedRecordFormatError,
+    bad_magic,
+    check_batch_size,
+    corrupt,
+    crc_mismatch,
+    decode_control_record,
+    decode_records,
+    increment_sequence,
+)
+from tierlog.log.compression import CompressionType
+from tierlog.log.crc import crc32c
+from tierlog.log.files import (
+    INDEX_FILE_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT_FILENAME,
+    LOG_FILE_SUFFIX,
+    PARTITION_METADATA_FILENAME,
+    PRODUCER_SNAPSHOT_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    parse_segment_file_name,
+)
+from tierlog.log.reader import iter_batches
+from tierlog.log.record import Record
+from tierlog.spi import CorruptRecordError, InvalidArgumentError, TierlogError
+
+if TYPE_CHECKING:
+    from tierlog.log.index import OffsetPosition, TimestampOffset
+    from tierlog.log.offset_index import OffsetIndex
+    from tierlog.log.time_index import TimeIndex
+
+JSON_FORMAT_VERSION: Final = 1
+"""``version`` of the ``--json`` document; raised only for a change that breaks a reader."""
+
+_REMOTE_EPOCH_SUFFIX: Final = ".leader_epoch_checkpoint"
+"""The ``local`` RSM's (LocalTieredStorage's) name for a segment's leader epoch checkpoint."""
+
+_CHUNK: Final = 1 << 20
+"""Bytes per ``pread`` when a batch's CRC is recomputed outside the reader."""
+
+_CONTROL_KEY: Final = struct.Struct(">hh")
+_TYPE_NAMES: Final = {
+    TimestampType.CREATE_TIME: "CreateTime",
+    TimestampType.LOG_APPEND_TIME: "LogAppendTime",
+}
+
+
+class Kind(Enum):
+    """What a file holds; the value is the ``kind`` of the JSON output."""
+
+    PARTITION_METADATA = "partition-metadata"
+    LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+    LOG = "log"
+    OFFSET_INDEX = "offset-index"
+    TIME_INDEX = "time-index"
+    TXN_INDEX = "txn-index"
+    PRODUCER_SNAPSHOT = "producer-snapshot"
+
+
+_KIND_BY_SUFFIX: Final = {
+    LOG_FILE_SUFFIX: Kind.LOG,
+    INDEX_FILE_SUFFIX: Kind.OFFSET_INDEX,
+    TIME_INDEX_FILE_SUFFIX: Kind.TIME_INDEX,
+    TXN_INDEX_FILE_SUFFIX: Kind.TXN_INDEX,
+    PRODUCER_SNAPSHOT_FILE_SUFFIX: Kind.PRODUCER_SNAPSHOT,
+    _REMOTE_EPOCH_SUFFIX: Kind.LEADER_EPOCH_CHECKPOINT,
+}
+_SUFFIX_BY_KIND: Final = {kind: suffix for suffix, kind in _KIND_BY_SUFFIX.items()}
+_ORDER: Final = {kind: n for n, kind in enumerate(Kind)}
+"""Order of the files of one offset in a directory dump (the enum's order)."""
+
+_REMOTE_NAME: Final = re.compile(
+    r"([0-9]+)-[A-Za-z0-9_-]{22}("
+    + "|".join(re.escape(s) for s in sorted(_KIND_BY_SUFFIX, key=len, reverse=True))
+    + r")"
+)
+"""``<startOffset>-<segmentId><suffix>``, a segment's file in the ``local`` RSM's layout."""
+
+_KNOWN_KINDS: Final = (
+    "a segment (.log), an offset index (.index), a time index (.timeindex), a transaction "
+    "index (.txnindex), a producer snapshot (.snapshot), leader-epoch-checkpoint, "
+    "partition.metadata or a partition directory; segment files are named by their offset, "
+    "e.g. 00000000000000000000.log"
+)
+
+
+class Mode(Enum):
+    """What to do with the indexes: list them, verify them against the segment, or sanity-check."""
+
+    LIST = "list"
+    VERIFY = "verify"
+    SANITY = "sanity"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A file to dump: its kind and, for a segment's files, the offset and stem of its name.
+
+    ``stem`` + a kind's suffix + ``extra`` (``.deleted``, ``.swap``...) names a sibling file, so
+    an index finds its segment in both Kafka's and the remote layout.
+    """
+
+    path: Path
+    kind: Kind
+    offset: int | None = None
+    stem: str | None = None
+    extra: str = ""
+
+    def sibling(self, kind: Kind) -> Path | None:
+        """The file of ``kind`` of the same segment, if it exists (with ``extra``, else without)."""
+        if self.stem is None:
+            return None
+        suffix = _SUFFIX_BY_KIND[kind]
+        for name in (f"{self.stem}{suffix}{self.extra}", f"{self.stem}{suffix}"):
+            candidate = self.path.with_name(name)
+            if candidate.is_file():
+                return candidate
+        return None
+
+
+def classify(path: Path) -> Target | None:
+    """The ``Target`` a file's name describes, or ``None`` for a name of no known kind."""
+    name = path.name
+    if name == PARTITION_METADATA_FILENAME:
+        return Target(path, Kind.PARTITION_METADATA)
+    if name == LEADER_EPOCH_CHECKPOINT_FILENAME:
+        return Target(path, Kind.LEADER_EPOCH_CHECKPOINT)
+    parsed = parse_segment_file_name(name)
+    if parsed is not None:
+        stem = name[: name.index(".")]
+        return Target(path, _KIND_BY_SUFFIX[parsed.kind], parsed.offset, stem, parsed.suffix)
+    match = _REMOTE_NAME.fullmatch(name)
+    if match is not None:
+        stem = name[: match.start(2)]
+        return Target(path, _KIND_BY_SUFFIX[match.group(2)], int(match.group(1)), stem)
+    return None
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+class Printer:
+    """Where a dump goes: Kafka's text lines or one JSON document, both written as they come.
+
+    A file's dump is ``begin``, ``item``... (and ``mismatch``... in verification), ``summary``,
+    ``problem``..., ``end``. The JSON is streamed by hand (the head of a file's object, its array
+    one element at a time, then its summary and errors) because ``json.dump`` of a whole segment
+    would hold it in memory. ``problems`` counts what makes the exit code 1.
+    """
+
+    def __init__(self, as_json: bool, out: TextIO, err: TextIO) -> None:
+        self.problems = 0
+        self._json = as_json
+        self._out = out
+        self._err = err
+        self._open = False
+        self._files = 0
+        self._items_key: str | None = None
+        self._items = 0
+        self._summary: dict[str, Any] = {}
+        self._errors: list[dict[str, Any]] = []
+        if as_json:
+            out.write(f'{{"version": {JSON_FORMAT_VERSION}, "files": [')
+
+    @property
+    def in_file(self) -> bool:
+        return self._open
+
+    def begin(
+        self,
+        target: Target,
+        fields: dict[str, Any] | None = None,
+        *,
+        items: str | None,
+        lines: Sequence[str] = (),
+    ) -> None:
+        """Start a file: ``Dumping PATH`` and its header ``lines``, or its JSON object's head."""
+        self._open = True
+        self._items_key = items
+        self._items = 0
+        self._summary = {}
+        self._errors = []
+        if not self._json:
+            self._out.write(f"Dumping {target.path}\n")
+            for line in lines:
+                self._out.write(line + "\n")
+            return
+        head = {"kind": target.kind.value, "path": str(target.path), **(fields or {})}
+        self._out.write(("\n " if self._files == 0 else ",\n ") + json.dumps(head)[:-1])
+        if items is not None:
+            self._out.write(f', "{items}": [')
+        self._files += 1
+
+    def item(self, obj: dict[str, Any], text: Callable[[dict[str, Any]], str]) -> None:
+        """One batch or entry: ``text(obj)`` as a line (or lines), or ``obj`` in the array."""
+        if self._json:
+            self._out.write(("\n  " if self._items == 0 else ",\n  ") + json.dumps(obj))
+            self._items += 1
+        else:
+            self._out.write(text(obj) + "\n")
+
+    def line(self, text: str) -> None:
+        """A line of the text output only (its facts are in the JSON summary)."""
+        if not self._json:
+            self._out.write(text + "\n")
+
+    def summary(self, **fields: Any) -> None:
+        """Facts about the file known after its items (JSON fields after the array)."""
+        self._summary.update(fields)
+
+    def problem(self, message: str, position: int | None = None) -> None:
+        """Something wrong with the file's content: counted, on stderr or in ``errors``."""
+        self.problems += 1
+        if self._json:
+            self._errors.append({"message": message, "position": position})
+        else:
+            self._out.flush()
+            self._err.write(f"tierlog: error: {message}\n")
+
+    def mismatch(self, obj: dict[str, Any], text: str) -> None:
+        """An index entry that does not match its segment: counted, on stderr or in the array."""
+        self.problems += 1
+        if self._json:
+            self.item(obj, str)
+        else:
+            self._out.flush()
+            self._err.write(f"tierlog: mismatch: {text}\n")
+
+    def note(self, message: str) -> None:
+        """Information that is not a problem (a skipped file), on stderr in both formats."""
+        self._out.flush()
+        self._err.write(f"tierlog: note: {message}\n")
+
+    def end(self) -> None:
+        """Finish the current file (idempotent)."""
+        if not self._open:
+            return
+        self._open = False
+        if not self._json:
+            return
+        out = self._out
+        if self._items_key is not None:
+            out.write("\n ]" if self._items else "]")
+        for key, value in self._summary.items():
+            out.write(f", {json.dumps(key)}: {json.dumps(value)}")
+        out.write(f', "errors": {json.dumps(self._errors)}}}')
+
+    def finish(self) -> None:
+        """Close the JSON document (after the last file)."""
+        self.end()
+        if self._json:
+            ok = "true" if self.problems == 0 else "false"
+            self._out.write(("\n" if self._files else "") + f'], "ok": {ok}}}\n')
+        self._out.flush()
+
+
+def _java_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _optional_long(value: int | None) -> str:
+    """Java's ``OptionalLong.toString``, which Kafka prints as is."""
+    return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
+
+
+def _text(data: bytes | None) -> str | None:
+    """Kafka's ``StringDecoder``: UTF-8 with invalid bytes replaced."""
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def _problem_from(printer: Printer, exc: BaseException, path: Path) -> None:
+    """Report an exception met while dumping ``path``, with its position when it has one."""
+    if isinstance(exc, OSError):
+        printer.problem(f"cannot read {path}: {exc.strerror or exc}")
+        return
+    position = getattr(exc, "position", None)
+    printer.problem(str(exc), position if isinstance(position, int) else None)
+
+
+# --- segments ----------------------------------------------------------------------------------
+
+
+def _pread_exact(fd: int, size: int, position: int, path: Path) -> bytes:
+    data = os.pread(fd, size, position)
+    if len(data) != size:
+        raise corrupt(
+            f"file ends early: {len(data)} of the {size} bytes expected could be read",
+            position + len(data),
+            str(path),
+        )
+    return data
+
+
+def _batch_crc(fd: int, position: int, header: RecordBatch) -> int:
+    """CRC-32C of a batch's bytes 21 to its end, read in chunks (a batch may be large)."""
+    at = position + ATTRIBUTES_OFFSET
+    end = position + header.size_in_bytes
+    crc = 0
+    while at < end:
+        data = os.pread(fd, min(_CHUNK, end - at), at)
+        if not data:
+            break
+        crc = crc32c(data, crc)
+        at += len(data)
+    return crc
+
+
+def scan_segment(
+    path: Path, fd: int, file_size: int
+) -> Iterator[tuple[int, RecordBatch, int | None]]:
+    """Yield ``(position, header, computed_crc)`` per batch; ``computed_crc`` only for a bad CRC.
+
+    The reader's CRC-checked fast path does the work. When it stops at a batch, the batch is
+    framed again here: if its header and length are sound, only its CRC can be wrong, so it is
+    yielded with the computed CRC and the scan resumes after it, as Kafka's tool prints an
+    invalid batch and goes on. Any other error (a torn or malformed frame, a legacy batch) is
+    raised after everything before it was yielded.
+    """
+    start = 0
+    while start < file_size:
+        try:
+            for position, header in iter_batches(path, verify_crc=True, start=start):
+                yield position, header, None
+            return
+        except CorruptRecordError as exc:
+            error = exc
+        at = error.position
+        if at is None:
+            raise error
+        try:
+            framed = _header_at(fd, at, file_size, path)
+        except TierlogError:
+            raise error from None
+        computed = _batch_crc(fd, at, framed)
+        if computed == framed.crc:
+            raise error
+        yield at, framed, computed
+        start = at + framed.size_in_bytes
+
+
+def _batch_obj(position: int, h: RecordBatch) -> dict[str, Any]:
+    codec_id = h.attributes & COMPRESSION_CODEC_MASK
+    codec = (
+        CompressionType(codec_id).kafka_name
+        if codec_id <= CompressionType.ZSTD
+        else f"unknown({codec_id})"
+    )
+    return {
+        "baseOffset": h.base_offset,
+        "lastOffset": h.last_offset,
+        "count": h.records_count,
+        "baseSequence": h.base_sequence,
+        "lastSequence": h.last_sequence,
+        "producerId": h.producer_id,
+        "producerEpoch": h.producer_epoch,
+        "partitionLeaderEpoch": h.partition_leader_epoch,
+        "isTransactional": h.is_transactional,
+        "isControl": h.is_control,
+        "deleteHorizonMs": h.delete_horizon_ms,
+        "position": position,
+        "timestampType": _TYPE_NAMES[h.timestamp_type],
+        "maxTimestamp": h.max_timestamp,
+        "size": h.size_in_bytes,
+        "magic": h.magic,
+        "compressCodec": codec,
+        "crc": h.crc,
+        "isValid": True,
+    }
+
+
+def _batch_text(b: dict[str, Any]) -> str:
+    """Kafka's ``printBatchLevel`` line, then its ``printRecordMetadata`` lines."""
+    line = (
+        f"baseOffset: {b['baseOffset']} lastOffset: {b['lastOffset']} count: {b['count']} "
+        f"baseSequence: {b['baseSequence']} lastSequence: {b['lastSequence']} "
+        f"producerId: {b['producerId']} producerEpoch: {b['producerEpoch']} "
+        f"partitionLeaderEpoch: {b['partitionLeaderEpoch']} "
+        f"isTransactional: {_java_bool(b['isTransactional'])} "
+        f"isControl: {_java_bool(b['isControl'])} "
+        f"deleteHorizonMs: {_optional_long(b['deleteHorizonMs'])} position: {b['position']} "
+        f"{b['timestampType']}: {b['maxTimestamp']} size: {b['size']} magic: {b['magic']} "
+        f"compresscodec: {b['compressCodec']} crc: {b['crc']} isvalid: {_java_bool(b['isValid'])}"
+    )
+    records = b.get("records")
+    if not records:
+        return line
+    type_name = b["timestampType"]
+    return "\n".join([line, *(_record_text(r, type_name) for r in records)])
+
+
+def _record_obj(
+    h: RecordBatch,
+    r: Record,
+    *,
+    print_data: bool,
+    problems: list[tuple[str, int | None]],
+    position: int,
+    path: Path,
+) -> dict[str, Any]:
+    """One record's fields as Kafka prints them; control record errors go to ``problems``."""
+    delta = r.offset_delta if r.offset_delta is not None else r.offset - h.base_offset
+    obj: dict[str, Any] = {
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "keySize": -1 if r.key is None else len(r.key),
+        "valueSize": -1 if r.value is None else len(r.value),
+        "sequence": increment_sequence(h.base_sequence, delta) if h.base_sequence >= 0 else -1,
+        # Header keys are decoded with surrogateescape; show invalid bytes as U+FFFD.
+        "headerKeys": [
+            k.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for k, _ in r.headers
+        ],
+    }
+    if h.is_control:
+        try:
+            control = decode_control_record(r)
+        except CorruptRecordError as exc:
+            obj["controlType"] = None
+            problems.append(
+                (
+                    f"{exc} (control record at offset {r.offset} of the batch at position "
+                    f"{position} of {path})",
+                    position,
+                )
+            )
+        else:
+            if control.type is ControlRecordType.UNKNOWN:
+                assert r.key is not None  # decode_control_record refuses a short key
+                obj["controlType"] = f"UNKNOWN({_CONTROL_KEY.unpack_from(r.key)[1]})"
+            else:
+                obj["controlType"] = control.type.name
+            if control.coordinator_epoch is not None:
+                obj["coordinatorEpoch"] = control.coordinator_epoch
+    elif print_data:
+        obj["key"] = _text(r.key)
+        obj["payload"] = _text(r.value)
+    return obj
+
+
+def _record_text(r: dict[str, Any], type_name: str) -> str:
+    """Kafka's record line: metadata, control marker, then key and payload."""
+    parts = [
+        f"| offset: {r['offset']} {type_name}: {r['timestamp']} keySize: {r['keySize']} "
+        f"valueSize: {r['valueSize']} sequence: {r['sequence']} "
+        f"headerKeys: [{','.join(r['headerKeys'])}]"
+    ]
+    control = r.get("controlType", False)
+    if "coordinatorEpoch" in r:
+        parts.append(f" endTxnMarker: {control} coordinatorEpoch: {r['coordinatorEpoch']}")
+    elif control:
+        parts.append(f" controlType: {control}")
+    if r.get("key") is not None:
+        parts.append(f" key: {r['key']}")
+    if r.get("payload") is not None:
+        parts.append(f" payload: {r['payload']}")
+    return "".join(parts)
+
+
+def dump_log(printer: Printer, target: Target, *, deep: bool, print_data: bool) -> None:
+    """A segment, batch by batch (and record by record with ``deep``), as ``dumpLog``."""
+    path = target.path
+    base = target.offset if target.offset is not None else 0
+    printer.begin(
+        target, {"baseOffset": base}, items="batches", lines=[f"Log starting offset: {base}"]
+    )
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        file_size = os.fstat(fd).st_size
+        valid = 0
+        try:
+            for position, header, bad_crc in scan_segment(path, fd, file_size):
+                _dump_batch(
+                    printer,
+                    path,
+                    fd,
+                    position,
+                    header,
+                    bad_crc=bad_crc,
+                    deep=deep,
+                    print_data=print_data,
+                )
+                valid = position + header.size_in_bytes
+        except CorruptRecordError as exc:
+            printer.line(f"Found {file_size - valid} invalid bytes at the end of {path.name}")
+            _problem_from(printer, exc, path)
+        except UnsupportedRecordFormatError as exc:
+            _problem_from(printer, exc, path)
+        printer.summary(validBytes=valid, trailingBytes=file_size - valid)
+
+
+def _dump_batch(
+    printer: Printer,
+    path: Path,
+    fd: int,
+    position: int,
+    header: RecordBatch,
+    *,
+    bad_crc: int | None,
+    deep: bool,
+    print_data: bool,
+) -> None:
+    obj = _batch_obj(position, header)
+    problems: list[tuple[str, int | None]] = []
+    if bad_crc is not None:
+        obj["isValid"] = False
+        problems.append((str(crc_mismatch(header.crc, bad_crc, position, str(path))), position))
+    if deep:
+        try:
+            block = _pread_exact(
+                fd,
+                header.size_in_bytes - RECORD_BATCH_OVERHEAD,
+                position + RECORD_BATCH_OVERHEAD,
+                path,
+            )
+            records = decode_records(header, block, path=str(path), position=position)
+        except TierlogError as exc:
+            obj["records"] = None
+            message = str(exc)
+            if not isinstance(exc, CorruptRecordError):
+                message += f" (batch at position {position} of {path})"
+            problems.append((message, getattr(exc, "position", position)))
+        else:
+            obj["records"] = [
+                _record_obj(
+                    header,
+                    r,
+                    print_data=print_data,
+                    problems=problems,
+                    position=position,
+                    path=path,
+                )
+                for r in records
+            ]
+    elif header.attributes & COMPRESSION_CODEC_MASK > CompressionType.ZSTD:
+        # Deep iteration reports this when decoding; a shallow dump must say it too.
+        err = corrupt(
+            f"unknown compression type id {header.attributes & COMPRESSION_CODEC_MASK} in "
+            "record batch",
+            position,
+            str(path),
+        )
+        problems.append((str(err), position))
+    printer.item(obj, _batch_text)
+    for message, at in problems:
+        printer.problem(message, at)
+
+
+# --- indexes -----------------------------------------------------------------------------------
+
+
+def _partial_entry(printer: Printer, path: Path, length: int, entry_size: int) -> None:
+    """Report bytes after the last whole entry (Kafka ignores them; they mean a torn write)."""
+    if length % entry_size:
+        tail = length - length % entry_size
+        printer.problem(
+            f"index {path} is {length} bytes, not a multiple of the {entry_size}-byte entry "
+            f"size: partial entry at position {tail}",
+            tail,
+        )
+
+
+def _offset_entry_text(e: dict[str, Any]) -> str:
+    return f"offset: {e['offset']} position: {e['position']}"
+
+
+def _time_entry_text(e: dict[str, Any]) -> str:
+    return f"timestamp: {e['timestamp']} offset: {e['offset']}"
+
+
+def dump_offset_index(printer: Printer, target: Target, mode: Mode) -> None:
+    """An offset index: its entries (``dumpIndex``), or its verification or sanity check."""
+    from tierlog.log.offset_index import OffsetIndex
+
+    base = target.offset if target.offset is not None else 0
+    items = {Mode.LIST: "entries", Mode.VERIFY: "mismatches", Mode.SANITY: None}[mode]
+    printer.begin(target, {"baseOffset": base}, items=items)
+    log_path = target.sibling(Kind.LOG)
+    with OffsetIndex(target.path, base, writable=False) as index:
+        if mode is Mode.SANITY:
+            segment_size = log_path.stat().st_size if log_path is not None else None
+            _sanity(printer, target, lambda: index.sanity_check(segment_size))
+            return
+        if mode is Mode.VERIFY:
+            if log_path is None:
+                printer.problem(f"cannot verify {target.path}: its segment file does not exist")
+            else:
+                _verify_offset_index(printer, target, index, log_path)
+        else:
+            if index.entries == 0:
+                printer.line(f"{target.path} is empty.")
+            for entry in index:
+                printer.item(
+                    {"offset": entry.offset, "position": entry.position}, _offset_entry_text
+                )
+        _partial_entry(printer, target.path, index.length, index.ENTRY_SIZE)
+
+
+def dump_time_index(printer: Printer, target: Target, mode: Mode) -> None:
+    """A time index: its entries (``dumpTimeIndex``), or its verification or sanity check."""
+    from tierlog.log.time_index import TimeIndex
+
+    base = target.offset if target.offset is not None else 0
+    items = {Mode.LIST: "entries", Mode.VERIFY: "mismatches", Mode.SANITY: None}[mode]
+    printer.begin(target, {"baseOffset": base}, items=items)
+    with TimeIndex(target.path, base, writable=False) as index:
+        if mode is Mode.SANITY:
+            _sanity(printer, target, index.sanity_check)
+            return
+        if mode is Mode.VERIFY:
+            log_path = target.sibling(Kind.LOG)
+            if log_path is None:
+                printer.problem(f"cannot verify {target.path}: its segment file does not exist")
+            else:
+                _verify_time_index(printer, target, index, log_path)
+        else:
+            if index.entries == 0:
+                printer.line(f"{target.path} is empty.")
+            for entry in index:
+                printer.item(
+                    {"timestamp": entry.timestamp, "offset": entry.offset}, _time_entry_text
+                )
+        _partial_entry(printer, target.path, index.length, index.ENTRY_SIZE)
+
+
+def _sanity(printer: Printer, target: Target, check: Callable[[], None]) -> None:
+    """Kafka's ``--index-sanity-check``: the check a broker runs before trusting an index."""
+    try:
+        check()
+    except CorruptRecordError as exc:
+        printer.summary(sanityCheck="failed")
+        _problem_from(printer, exc, target.path)
+    else:
+        printer.summary(sanityCheck="passed")
+        printer.line(f"{target.path} passed sanity check.")
+
+
+def _header_at(fd: int, position: int, file_size: int, path: Path) -> RecordBatch:
+    """The v2 header at ``position`` of a segment, checked to frame a batch inside the file."""
+    data = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
+    if len(data) < 17:
+        raise corrupt(f"only {len(data)} bytes remain, no batch header", position, str(path))
+    if data[16] != MAGIC_V2:
+        raise bad_magic(data[16] if data[16] < 128 else data[16] - 256, position, str(path))
+    if len(data) < RECORD_BATCH_OVERHEAD:
+        raise corrupt(f"only {len(data)} bytes remain, no batch header", position, str(path))
+    header = RecordBatch._make(HEADER.unpack_from(data))
+    check_batch_size(header.length, file_size - position, position, str(path))
+    return header
+
+
+def _offset_mismatch(
+    printer: Printer,
+    path: Path,
+    n: int,
+    entry: OffsetPosition,
+    message: str,
+    *,
+    log_offset: int | None = None,
+) -> None:
+    printer.mismatch(
+        {
+            "entry": n,
+            "offset": entry.offset,
+            "position": entry.position,
+            "logOffset": log_offset,
+            "message": message,
+        },
+        f"{path}: entry {n} (offset: {entry.offset} position: {entry.position}): {message}",
+    )
+
+
+def _verify_offset_index(
+    printer: Printer, target: Target, index: OffsetIndex, log_path: Path
+) -> None:
+    """Check each entry's order and that its position starts the batch ending at its offset."""
+    path = target.path
+    base = index.base_offset
+    checked = 0
+    with open(log_path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        file_size = os.fstat(fd).st_size
+        prev: OffsetPosition | None = None
+        for n, entry in enumerate(index):
+            checked += 1
+            offset, position = entry
+            problems: list[tuple[str, int | None]] = []
+            if offset < base:
+                problems.append((f"offset {offset} is below the base offset {base}", None))
+            if prev is not None and offset <= prev.offset:
+                problems.append(
+                    (
+                        f"offset {offset} is not above the previous entry's {prev.offset}",
+                        None,
+                    )
+                )
+            if prev is not None and position <= prev.position:
+                problems.append(
+                    (f"position {position} is not above the previous entry's {prev.position}", None)
+                )
+            prev = entry
+            if position >= file_size:
+                problems.append(
+                    (f"position {position} is past the end of {log_path} ({file_size} bytes)", None)
+                )
+            else:
+                try:
+                    header = _header_at(fd, position, file_size, log_path)
+                except TierlogError as exc:
+                    problems.append(
+                        (f"no record batch at position {position} of {log_path}: {exc}", None)
+                    )
+                else:
+                    if header.last_offset != offset:
+                        problems.append(
+                            (
+                                f"index offset {offset}, log offset {header.last_offset}: the "
+                                f"batch at position {position} of {log_path} ends at offset "
+                                f"{header.last_offset}",
+                                header.last_offset,
+                            )
+                        )
+            for message, log_offset in problems:
+                _offset_mismatch(printer, path, n, entry, message, log_offset=log_offset)
+    printer.summary(segment=str(log_path), entriesChecked=checked)
+    printer.line(f"Verified {checked} entries against {log_path}")
+
+
+class _BatchCursor:
+    """Walks a segment's batch headers forward to the first batch ending at or after an offset.
+
+    Time index entries come in offset order, so one pass over the segment serves them all; an
+    entry whose offset goes backwards (a corrupt index) restarts the walk from the start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._batches: Iterator[tuple[int, RecordBatch]] | None = None
+        self._current: RecordBatch | None = None
+        self._target = -1
+
+    def first_ending_at_or_after(self, offset: int) -> RecordBatch | None:
+        if self._batches is None or offset < self._target:
+            self.close()
+            self._batches = iter_batches(self._path, verify_crc=False)
+            self._current = self._next()
+        self._target = offset
+        while self._current is not None and self._current.last_offset < offset:
+            self._current = self._next()
+        return self._current
+
+    def _next(self) -> RecordBatch | None:
+        assert self._batches is not None
+        item = next(self._batches, None)
+        return None if item is None else item[1]
+
+    def close(self) -> None:
+        if self._batches is not None:
+            close = getattr(self._batches, "close", None)
+            if close is not None:
+                close()
+            self._batches = None
+
+
+def _time_mismatch(
+    printer: Printer,
+    path: Path,
+    n: int,
+    entry: TimestampOffset,
+    message: str,
+    *,
+    batch: RecordBatch | None = None,
+) -> None:
+    printer.mismatch(
+        {
+            "entry": n,
+            "timestamp": entry.timestamp,
+            "offset": entry.offset,
+            "logOffset": None if batch is None else batch.last_offset,
+            "logTimestamp": None if batch is None else batch.max_timestamp,
+            "message": message,
+        },
+        f"{path}: entry {n} (timestamp: {entry.timestamp} offset: {entry.offset}): {message}",
+    )
+
+
+def _verify_time_index(printer: Printer, target: Target, index: TimeIndex, log_path: Path) -> None:
+    """Check each entry's order and that its offset ends a batch whose max timestamp it holds."""
+    path = target.path
+    base = index.base_offset
+    checked = 0
+    cursor = _BatchCursor(log_path)
+    prev: TimestampOffset | None = None
+    try:
+        for n, entry in enumerate(index):
+            checked += 1
+            timestamp, offset = entry
+            if offset < base:
+                _time_mismatch(
+                    printer, path, n, entry, f"offset {offset} is below the base offset {base}"
+                )
+            if prev is not None and timestamp <= prev.timestamp:
+                _time_mismatch(
+                    printer,
+                    path,
+                    n,
+                    entry,
+                    f"timestamp {timestamp} is not above the previous entry's timestamp "
+                    f"{prev.timestamp}",
+                )
+            if prev is not None and offset < prev.offset:
+                _time_mismatch(
+                    printer,
+                    path,
+                    n,
+                    entry,
+                    f"offset {offset} is below the previous entry's offset {prev.offset}",
+                )
+            prev = entry
+            try:
+                batch = cursor.first_ending_at_or_after(offset)
+            except TierlogError as exc:
+                _problem_from(printer, exc, log_path)
+                printer.note(f"the entries of {path} from entry {n} on were not verified")
+                break
+            if batch is None:
+                _time_mismatch(
+                    printer,
+                    path,
+                    n,
+                    entry,
+                    f"offset {offset} is not in {log_path} (no batch ends at or after it)",
+                )
+            elif batch.last_offset != offset:
+                _time_mismatch(
+                    printer,
+                    path,
+                    n,
+                    entry,
+                    f"indexed offset {offset}, found log offset {batch.last_offset}: no batch "
+                    f"of {log_path} ends at offset {offset}",
+                    batch=batch,
+                )
+            elif batch.max_timestamp != timestamp:
+                _time_mismatch(
+                    printer,
+                    path,
+                    n,
+                    entry,
+                    f"index timestamp {timestamp}, log timestamp {batch.max_timestamp}: the "
+                    f"batch of {log_path} ending at offset {offset} has max timestamp "
+                    f"{batch.max_timestamp}",
+                    batch=batch,
+                )
+    finally:
+        cursor.close()
+    printer.summary(segment=str(log_path), entriesChecked=checked)
+    printer.line(f"Verified {checked} entries against {log_path}")
+
+
+def dump_txn_index(printer: Printer, target: Target, mode: Mode) -> None:
+    """A transaction index: its aborted transactions (``dumpTxnIndex``) or its sanity check."""
+    from tierlog.log.txn_index import ABORTED_TXN_SIZE, ABORTED_TXN_VERSION, TransactionIndex
+
+    base = target.offset if target.offset is not None else 0
+    sanity = mode is Mode.SANITY
+    printer.begin(target, {"baseOffset": base}, items=None if sanity else "entries")
+    index = TransactionIndex(base, target.path, writable=False)
+    try:
+        if sanity:
+            _sanity(printer, target, index.sanity_check)
+            return
+        for txn in index:
+            printer.item(
+                {
+                    "version": ABORTED_TXN_VERSION,
+                    "producerId": txn.producer_id,
+                    "firstOffset": txn.first_offset,
+                    "lastOffset": txn.last_offset,
+                    "lastStableOffset": txn.last_stable_offset,
+                },
+                lambda e: " ".join(f"{k}: {v}" for k, v in e.items()),
+            )
+        _partial_entry(printer, target.path, index.size_in_bytes, ABORTED_TXN_SIZE)
+    finally:
+        index.close()
+
+
+# --- checkpoints and snapshots -----------------------------------------------------------------
+
+
+def _decrement_sequence(sequence: int, decrement: int) -> int:
+    """``DefaultRecordBatch.decrementSequence``: sequences wrap below 0 to int32 max."""
+    if sequence < decrement:
+        return (1 << 31) - 1 - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+def _snapshot_text(e: dict[str, Any]) -> str:
+    """Kafka's ``dumpProducerIdSnapshot`` line."""
+    text = (
+        f"producerId: {e['producerId']} producerEpoch: {e['producerEpoch']} "
+        f"coordinatorEpoch: {e['coordinatorEpoch']} "
+        f"currentTxnFirstOffset: {_optional_long(e['currentTxnFirstOffset'])} "
+        f"lastTimestamp: {e['lastTimestamp']}"
+    )
+    if e["lastOffset"] >= 0:
+        text += (
+            f" firstSequence: {e['firstSequence']} lastSequence: {e['lastSequence']} "
+            f"lastOffset: {e['lastOffset']} offsetDelta: {e['offsetDelta']} "
+            f"timestamp: {e['timestamp']}"
+        )
+    return text
+
+
+def dump_producer_snapshot(printer: Printer, target: Target) -> None:
+    """A producer state snapshot, one line per producer (a snapshot is small: read whole)."""
+    from tierlog.log.producer_snapshot import read_producer_snapshot
+
+    printer.begin(target, items="entries")
+    for entry in read_producer_snapshot(target.path):
+        has_batch = entry.last_offset >= 0
+        printer.item(
+            {
+                "producerId": entry.producer_id,
+                "producerEpoch": entry.epoch,
+                "coordinatorEpoch": entry.coordinator_epoch,
+                "currentTxnFirstOffset": (
+                    entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else None
+                ),
+                "lastTimestamp": entry.timestamp,
+                "firstSequence": (
+                    _decrement_sequence(entry.last_sequence, entry.offset_delta)
+                    if has_batch
+                    else None
+                ),
+                "lastSequence": entry.last_sequence,
+                "lastOffset": entry.last_offset,
+                "offsetDelta": entry.offset_delta,
+                "timestamp": entry.timestamp,
+            },
+            _snapshot_text,
+        )
+
+
+def dump_leader_epoch_checkpoint(printer: Printer, target: Target) -> None:
+    """A leader epoch checkpoint: at which offset each leader epoch started."""
+    from tierlog.log.checkpoint import read_leader_epoch_checkpoint
+
+    printer.begin(target, items="entries")
+    for epoch, start_offset in read_leader_epoch_checkpoint(target.path):
+        printer.item(
+            {"epoch": epoch, "startOffset": start_offset},
+            lambda e: f"epoch: {e['epoch']} startOffset: {e['startOffset']}",
+        )
+
+
+def dump_partition_metadata(printer: Printer, target: Target) -> None:
+    """``partition.metadata``: the partition's topic id."""
+    from tierlog.log.checkpoint import read_partition_metadata
+
+    printer.begin(target, items=None)
+    metadata = read_partition_metadata(target.path)
+    printer.summary(version=metadata.version, topicId=str(metadata.topic_id))
+    printer.line(f"version: {metadata.version} topicId: {metadata.topic_id}")
+
+
+# --- planning and running ----------------------------------------------------------------------
+
+
+def plan(paths: Sequence[str], mode: Mode, printer: Printer) -> list[Target]:
+    """The files to dump, in order; ``InvalidArgumentError`` (exit 2) before any output.
+
+    A directory gives its known files, partition-level ones first, then by offset and kind. In
+    an index mode, a ``.log`` named explicitly brings its indexes right after it.
+    """
+    targets: list[Target] = []
+    for arg in paths:
+        path = Path(arg)
+        if path.is_dir():
+            targets.extend(_directory(path, printer))
+            continue
+        if not path.exists():
+            raise InvalidArgumentError(f"no such file or directory: {arg}")
+        target = classify(path)
+        if target is None:
+            raise InvalidArgumentError(
+                f"cannot tell what {arg} holds from its name; expected {_KNOWN_KINDS}"
+            )
+        targets.append(target)
+        if target.kind is Kind.LOG and mode is not Mode.LIST:
+            targets.extend(_indexes_of(target, mode, printer))
+    seen: set[Path] = set()
+    unique: list[Target] = []
+    for target in targets:
+        key = target.path.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(target)
+    return unique
+
+
+def _indexes_of(log: Target, mode: Mode, printer: Printer) -> list[Target]:
+    kinds = [Kind.OFFSET_INDEX, Kind.TIME_INDEX]
+    if mode is Mode.SANITY:
+        kinds.append(Kind.TXN_INDEX)
+    found: list[Target] = []
+    for kind in kinds:
+        sibling = log.sibling(kind)
+        if sibling is None:
+            if kind is not Kind.TXN_INDEX:  # most segments have no aborted transactions
+                printer.note(f"{log.path} has no {kind.value} to check")
+            continue
+        target = classify(sibling)
+        if target is not None:
+            found.append(target)
+    return found
+
+
+def _directory(directory: Path, printer: Printer) -> list[Target]:
+    targets: list[Target] = []
+    for entry in sorted(directory.iterdir()):
+        target = classify(entry) if entry.is_file() else None
+        if target is None or target.extra:
+            printer.note(f"ignoring {entry} (not a file of a live partition)")
+            continue
+        targets.append(target)
+    if not targets:
+        printer.note(f"{directory} holds no segment, index, checkpoint or snapshot files")
+    targets.sort(key=lambda t: (t.offset is not None, t.offset or 0, _ORDER[t.kind], t.path.name))
+    return targets
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "log",
+        help="inspect Kafka log files (segments, indexes, checkpoints, snapshots)",
+        description="Work with the files of a Kafka partition directory.",
+    )
+    sub = parser.add_subparsers(dest="log_command", required=True, metavar="ACTION")
+    dump = sub.add_parser(
+        "dump",
+        help="print segments, indexes, checkpoints and snapshots (like kafka-dump-log)",
+        description="Print the content of a partition's files in kafka-dump-log's format (or "
+        "JSON). Exit code: 0 fine, 1 corruption or index mismatch found, 2 usage error.",
+    )
+    dump.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a .log, .index, .timeindex, .txnindex, .snapshot, leader-epoch-checkpoint or "
+        "partition.metadata file, or a partition directory",
+    )
+    dump.add_argument(
+        "--deep",
+        "--deep-iteration",
+        action="store_true",
+        help="decode every record, not only the batch headers",
+    )
+    dump.add_argument(
+        "--print-data-log",
+        action="store_true",
+        help="also print record keys and values as UTF-8 (implies --deep)",
+    )
+    checks = dump.add_mutually_exclusive_group()
+    checks.add_argument(
+        "--verify-index",
+        "--verify-index-only",
+        action="store_true",
+        help="check .index and .timeindex entries against their segment instead of listing "
+        "them (a .log given also gets its indexes checked)",
+    )
+    checks.add_argument(
+        "--index-sanity-check",
+        action="store_true",
+        help="run the broker's startup sanity check on index files instead of listing them",
+    )
+    dump.add_argument("--json", action="store_true", help="print one JSON document")
+    dump.set_defaults(handler=run_dump)
+
+
+def run_dump(args: argparse.Namespace) -> int:
+    mode = (
+        Mode.VERIFY
+        if args.verify_index
+        else Mode.SANITY
+        if args.index_sanity_check
+        else (Mode.LIST)
+    )
+    deep = bool(args.deep or args.print_data_log)
+    out, err = sys.stdout, sys.stderr
+    # Plan with a text printer so that usage errors (exit 2) leave stdout empty.
+    notes = Printer(False, out, err)
+    targets = plan(args.paths, mode, notes)
+    printer = Printer(bool(args.json), out, err)
+    for target in targets:
+        try:
+            _dump_one(printer, target, mode, deep, bool(args.print_data_log))
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): the caller stops quietly
+        except (TierlogError, OSError) as exc:
+            if not printer.in_file:
+                printer.begin(target, items=None)
+            _problem_from(printer, exc, target.path)
+        finally:
+            printer.end()
+    printer.finish()
+    return 1 if printer.problems else 0
+
+
+def _dump_one(printer: Printer, target: Target, mode: Mode, deep: bool, print_data: bool) -> None:
+    kind = target.kind
+    if kind is Kind.LOG:
+        dump_log(printer, target, deep=deep, print_data=print_data)
+    elif kind is Kind.OFFSET_INDEX:
+        dump_offset_index(printer, target, mode)
+    elif kind is Kind.TIME_INDEX:
+        dump_time_index(printer, target, mode)
+    elif kind is Kind.TXN_INDEX:
+        dump_txn_index(printer, target, mode)
+    elif kind is Kind.PRODUCER_SNAPSHOT:
+        dump_producer_snapshot(printer, target)
+    elif kind is Kind.LEADER_EPOCH_CHECKPOINT:
+        dump_leader_epoch_checkpoint(printer, target)
+    else:
+        dump_partition_metadata(printer, target)

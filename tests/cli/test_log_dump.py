@@ -1,0 +1,906 @@
+"""``tierlog log dump``: Kafka's dump-log output for every file of a partition, JSON, checks.
+
+Segments are written two ways: with tierlog's ``build_batch`` (every codec, transactional and
+control batches, headers, null keys and values, LogAppendTime, a delete horizon) and with
+kafka-python's ``DefaultRecordBatchBuilder``, an independent writer; both are dumped shallow and
+deep, as text and JSON. Indexes come from tierlog's index APIs, correct and deliberately wrong.
+Corrupt files must print what was readable, name the byte position and exit 1; usage errors
+exit 2 before anything is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tierlog.cli import main
+from tierlog.log.batch import (
+    ControlRecordType,
+    TimestampType,
+    build_batch,
+    build_control_batch,
+    set_base_offset,
+)
+from tierlog.log.checkpoint import write_leader_epoch_checkpoint, write_partition_metadata
+from tierlog.log.crc import crc32c
+from tierlog.log.index import rebuild_indexes
+from tierlog.log.offset_index import OffsetIndex
+from tierlog.log.producer_snapshot import ProducerSnapshotEntry, write_producer_snapshot
+from tierlog.log.reader import iter_batches, iter_batches_with_records
+from tierlog.log.record import Record
+from tierlog.log.time_index import TimeIndex
+from tierlog.log.txn_index import AbortedTxn, TransactionIndex
+from tierlog.spi import Uuid
+
+T0 = 1_700_000_000_000
+LOG0 = "00000000000000000000.log"
+INDEX0 = "00000000000000000000.index"
+TIMEINDEX0 = "00000000000000000000.timeindex"
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["log", "dump", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any], str]:
+    code, out, err = run(capsys, "--json", *argv)
+    return code, json.loads(out), err
+
+
+def tierlog_batches() -> list[bytes]:
+    """Seven batches at offsets 0..13: every codec, transactions, control markers, headers."""
+    return [
+        build_batch(
+            [
+                Record(0, T0, b"k0", b"hello", (("h1", b"x"), ("h2", None))),
+                Record(1, T0 + 1, None, b"null key"),
+                Record(2, T0 + 2, b"k2", None),
+            ],
+            base_offset=0,
+            partition_leader_epoch=0,
+        ),
+        build_batch(
+            [Record(3, T0 + 3, b"k3", b"v3"), Record(4, T0 + 4, b"k4", b"v4")],
+            base_offset=3,
+            compression="gzip",
+            producer_id=7,
+            producer_epoch=2,
+            base_sequence=10,
+            is_transactional=True,
+            partition_leader_epoch=1,
+        ),
+        build_batch(
+            [Record(5, T0 + 5, b"k5", b"snappy " * 20), Record(6, T0 + 6, b"k6", b"")],
+            base_offset=5,
+            compression="snappy",
+            partition_leader_epoch=1,
+        ),
+        build_batch(
+            [Record(7, T0 + 7, b"k7", b"lz4 " * 30, (("trace", b"1"),))],
+            base_offset=7,
+            compression="lz4",
+            timestamp_type=TimestampType.LOG_APPEND_TIME,
+            log_append_time=T0 + 100,
+            partition_leader_epoch=1,
+        ),
+        build_batch(
+            [Record(8, T0 + 8, b"k8", b"zstd " * 30), Record(9, T0 + 9, b"k9", None)],
+            base_offset=8,
+            compression="zstd",
+            delete_horizon_ms=T0 + 500,
+            partition_leader_epoch=1,
+        ),
+        build_control_batch(
+            ControlRecordType.COMMIT,
+            3,
+            base_offset=10,
+            timestamp=T0 + 10,
+            producer_id=7,
+            producer_epoch=2,
+            partition_leader_epoch=1,
+        ),
+        build_batch(
+            [Record(11, T0 + 11, b"k11", b"aborted")],
+            base_offset=11,
+            producer_id=8,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
+            partition_leader_epoch=1,
+        )
+        + build_control_batch(
+            ControlRecordType.ABORT,
+            4,
+            base_offset=12,
+            timestamp=T0 + 12,
+            producer_id=8,
+            producer_epoch=0,
+            partition_leader_epoch=1,
+        ),
+    ]
+
+
+def write_segment(directory: Path, batches: list[bytes], base: int = 0) -> Path:
+    path = directory / f"{base:020d}.log"
+    path.write_bytes(b"".join(batches))
+    return path
+
+
+def write_indexes(log: Path, base: int = 0) -> tuple[Path, Path]:
+    """Indexes as a broker's recovery builds them (an entry for every batch but the first)."""
+    index = log.with_suffix(".index")
+    timeindex = log.with_suffix(".timeindex")
+    with OffsetIndex(index, base, 1 << 16) as oi, TimeIndex(timeindex, base, 1 << 16) as ti:
+        rebuild_indexes(
+            (
+                (p, h.base_offset, h.last_offset, h.max_timestamp, h.size_in_bytes)
+                for p, h in iter_batches(log)
+            ),
+            oi,
+            ti,
+            0,
+        )
+    return index, timeindex
+
+
+@pytest.fixture
+def segment(tmp_path: Path) -> Path:
+    return write_segment(tmp_path, tierlog_batches())
+
+
+def positions(log: Path) -> list[int]:
+    return [p for p, _ in iter_batches(log)]
+
+
+def batch_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("baseOffset: ")]
+
+
+def record_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("| offset: ")]
+
+
+# --- segments: text ----------------------------------------------------------------------------
+
+
+def test_shallow_text_is_kafka_dump_log_format(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    code, out, err = run(capsys, str(segment))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[:2] == [f"Dumping {segment}", "Log starting offset: 0"]
+    headers = [h for _, h in iter_batches(segment)]
+    first = headers[0]
+    assert batch_lines(out)[0] == (
+        "baseOffset: 0 lastOffset: 2 count: 3 baseSequence: -1 lastSequence: -1 "
+        "producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 0 isTransactional: false "
+        "isControl: false deleteHorizonMs: OptionalLong.empty position: 0 "
+        f"CreateTime: {T0 + 2} size: {first.size_in_bytes} magic: 2 compresscodec: none "
+        f"crc: {first.crc} isvalid: true"
+    )
+    batches = batch_lines(out)
+    assert len(batches) == len(headers) == 8
+    assert not record_lines(out)
+    codecs = [line.split("compresscodec: ")[1].split()[0] for line in batches]
+    assert codecs == ["none", "gzip", "snappy", "lz4", "zstd", "none", "none", "none"]
+    assert "baseSequence: 10 lastSequence: 11 producerId: 7 producerEpoch: 2" in batches[1]
+    assert "isTransactional: true isControl: false" in batches[1]
+    assert f"LogAppendTime: {T0 + 100}" in batches[3]
+    assert f"deleteHorizonMs: OptionalLong[{T0 + 500}]" in batches[4]
+    assert "isTransactional: true isControl: true" in batches[5]
+    for line, (pos, h) in zip(batches, iter_batches(segment), strict=True):
+        assert f" position: {pos} " in line and f" crc: {h.crc} isvalid: true" in line
+
+
+def test_deep_text_prints_records_and_end_txn_markers(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    code, out, err = run(capsys, "--deep", str(segment))
+    assert (code, err) == (0, "")
+    records = record_lines(out)
+    assert len(records) == 13
+    assert records[0] == (
+        f"| offset: 0 CreateTime: {T0} keySize: 2 valueSize: 5 sequence: -1 headerKeys: [h1,h2]"
+    )
+    assert records[1] == (
+        f"| offset: 1 CreateTime: {T0 + 1} keySize: -1 valueSize: 8 sequence: -1 headerKeys: []"
+    )
+    assert "keySize: 2 valueSize: -1" in records[2]
+    assert "offset: 4 " in records[4] and "sequence: 11" in records[4]  # 10 + offset delta 1
+    assert records[7] == (
+        f"| offset: 7 LogAppendTime: {T0 + 100} keySize: 2 valueSize: 120 sequence: -1 "
+        "headerKeys: [trace]"
+    )
+    assert records[10] == (
+        f"| offset: 10 CreateTime: {T0 + 10} keySize: 4 valueSize: 6 sequence: -1 "
+        "headerKeys: [] endTxnMarker: COMMIT coordinatorEpoch: 3"
+    )
+    assert records[12].endswith("endTxnMarker: ABORT coordinatorEpoch: 4")
+    # each batch line is followed by its records, as in Kafka
+    lines = out.splitlines()
+    assert lines[2].startswith("baseOffset: 0 ") and lines[3].startswith("| offset: 0 ")
+    assert "key:" not in out and "payload:" not in out
+    # --deep-iteration is Kafka's spelling
+    assert run(capsys, "--deep-iteration", str(segment))[1] == out
+
+
+def test_print_data_log_adds_keys_and_payloads_and_implies_deep(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    code, out, _ = run(capsys, "--print-data-log", str(segment))
+    assert code == 0
+    records = record_lines(out)
+    assert records[0].endswith("headerKeys: [h1,h2] key: k0 payload: hello")
+    assert records[1].endswith("headerKeys: [] payload: null key")  # null key: no key part
+    assert records[2].endswith("headerKeys: [] key: k2")  # null value: no payload part
+    assert records[6].endswith("key: k6 payload: ")  # an empty value is not a null one
+    assert records[10].endswith("endTxnMarker: COMMIT coordinatorEpoch: 3")  # no data
+    assert records[5].endswith("key: k5 payload: " + "snappy " * 20)
+
+
+# --- segments: JSON ----------------------------------------------------------------------------
+
+
+def test_json_shallow_and_deep_match_the_reader(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    code, doc, err = run_json(capsys, str(segment))
+    assert (code, err) == (0, "")
+    assert doc["version"] == 1 and doc["ok"] is True
+    (file,) = doc["files"]
+    assert file["kind"] == "log" and file["path"] == str(segment) and file["baseOffset"] == 0
+    assert file["validBytes"] == segment.stat().st_size and file["trailingBytes"] == 0
+    assert file["errors"] == []
+    expected = list(iter_batches_with_records(segment))
+    assert len(file["batches"]) == len(expected)
+    for got, (pos, h, _) in zip(file["batches"], expected, strict=True):
+        assert "records" not in got
+        assert got == {
+            "baseOffset": h.base_offset,
+            "lastOffset": h.last_offset,
+            "count": h.records_count,
+            "baseSequence": h.base_sequence,
+            "lastSequence": h.last_sequence,
+            "producerId": h.producer_id,
+            "producerEpoch": h.producer_epoch,
+            "partitionLeaderEpoch": h.partition_leader_epoch,
+            "isTransactional": h.is_transactional,
+            "isControl": h.is_control,
+            "deleteHorizonMs": h.delete_horizon_ms,
+            "position": pos,
+            "timestampType": (
+                "LogAppendTime" if h.timestamp_type == TimestampType.LOG_APPEND_TIME
+                else "CreateTime"
+            ),
+            "maxTimestamp": h.max_timestamp,
+            "size": h.size_in_bytes,
+            "magic": 2,
+            "compressCodec": h.compression.kafka_name,
+            "crc": h.crc,
+            "isValid": True,
+        }
+    assert file["batches"][4]["deleteHorizonMs"] == T0 + 500
+
+    code, doc, _ = run_json(capsys, "--deep", "--print-data-log", str(segment))
+    assert code == 0
+    batches = doc["files"][0]["batches"]
+    for got, (_, _, records) in zip(batches, expected, strict=True):
+        assert [r["offset"] for r in got["records"]] == [r.offset for r in records]
+        assert [r["timestamp"] for r in got["records"]] == [r.timestamp for r in records]
+        assert [r["headerKeys"] for r in got["records"]] == [
+            [k for k, _ in r.headers] for r in records
+        ]
+    first = batches[0]["records"]
+    assert first[0] == {
+        "offset": 0, "timestamp": T0, "keySize": 2, "valueSize": 5, "sequence": -1,
+        "headerKeys": ["h1", "h2"], "key": "k0", "payload": "hello",
+    }
+    assert first[1]["key"] is None and first[2]["payload"] is None
+    assert batches[1]["records"][1]["sequence"] == 11
+    commit = batches[5]["records"][0]
+    assert commit["controlType"] == "COMMIT" and commit["coordinatorEpoch"] == 3
+    assert "key" not in commit and "payload" not in commit
+    assert batches[7]["records"][0]["controlType"] == "ABORT"
+
+
+# --- kafka-python's writer ---------------------------------------------------------------------
+
+
+def kafka_python_segment(directory: Path, base: int) -> tuple[Path, list[list[tuple[Any, ...]]]]:
+    """A segment of kafka-python batches, one per codec it has here, offsets from ``base``."""
+    kafka_records = pytest.importorskip("kafka.record.default_records")
+    kafka_codec = pytest.importorskip("kafka.codec")
+    codecs = [(0, True), (1, kafka_codec.has_gzip()), (2, kafka_codec.has_snappy()),
+              (3, kafka_codec.has_lz4()), (4, kafka_codec.has_zstd())]
+    raw = bytearray()
+    expected: list[list[tuple[Any, ...]]] = []
+    offset = base
+    for codec, available in codecs:
+        if not available:
+            continue
+        transactional = codec % 2 == 1
+        builder = kafka_records.DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=codec,
+            is_transactional=transactional,
+            producer_id=42 if transactional else -1,
+            producer_epoch=1 if transactional else -1,
+            base_sequence=5 if transactional else -1,
+            batch_size=1 << 20,
+        )
+        rows = []
+        for i in range(4):
+            key = None if i == 0 else f"key-{codec}-{i}".encode()
+            value = None if i == 3 else f"value {codec} {i} ".encode() * (i + 1)
+            headers = [("hdr", b"v"), ("other", None)] if i == 1 else []
+            builder.append(i, T0 + 10 * codec + i, key, value, headers)
+            rows.append((offset + i, T0 + 10 * codec + i, key, value, [h for h, _ in headers]))
+        batch = builder.build()
+        set_base_offset(batch, offset)
+        raw += batch
+        expected.append(rows)
+        offset += 4
+    path = directory / f"{base:020d}.log"
+    path.write_bytes(bytes(raw))
+    return path, expected
+
+
+def test_kafka_python_segment_dumps_as_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log, expected = kafka_python_segment(tmp_path, 100)
+    code, out, err = run(capsys, "--print-data-log", str(log))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1] == "Log starting offset: 100"
+    batches = batch_lines(out)
+    assert len(batches) == len(expected)
+    assert all(line.endswith("isvalid: true") for line in batches)
+    assert "producerId: 42 producerEpoch: 1" in batches[1] and "lastSequence: 8" in batches[1]
+    records = record_lines(out)
+    rows = [row for batch in expected for row in batch]
+    assert len(records) == len(rows)
+    for line, (offset, ts, key, value, header_keys) in zip(records, rows, strict=True):
+        prefix = (
+            f"| offset: {offset} CreateTime: {ts} keySize: {-1 if key is None else len(key)} "
+            f"valueSize: {-1 if value is None else len(value)} "
+        )
+        assert line.startswith(prefix), line
+        assert f"headerKeys: [{','.join(header_keys)}]" in line
+        assert (" key: " in line) == (key is not None)
+        if key is not None:
+            assert f" key: {key.decode()}" in line
+        if value is not None:
+            assert line.endswith(f"payload: {value.decode()}")
+
+
+def test_kafka_python_segment_dumps_as_json(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log, expected = kafka_python_segment(tmp_path, 100)
+    code, doc, _ = run_json(capsys, str(log))
+    assert code == 0
+    shallow = doc["files"][0]["batches"]
+    assert [b["baseOffset"] for b in shallow] == [rows[0][0] for rows in expected]
+    assert all(b["isValid"] and "records" not in b for b in shallow)
+    code, doc, _ = run_json(capsys, "--deep", "--print-data-log", str(log))
+    assert code == 0 and doc["ok"] is True
+    for batch, rows in zip(doc["files"][0]["batches"], expected, strict=True):
+        got = [
+            (r["offset"], r["timestamp"], r["key"], r["payload"], r["headerKeys"])
+            for r in batch["records"]
+        ]
+        assert got == [
+            (o, ts, None if k is None else k.decode(), None if v is None else v.decode(), h)
+            for o, ts, k, v, h in rows
+        ]
+
+
+# --- indexes -----------------------------------------------------------------------------------
+
+
+def test_index_dumps_list_entries(capsys: pytest.CaptureFixture[str], segment: Path) -> None:
+    index, timeindex = write_indexes(segment)
+    with OffsetIndex(index, 0, writable=False) as oi:
+        entries = list(oi)
+    with TimeIndex(timeindex, 0, writable=False) as ti:
+        times = list(ti)
+    # the LogAppendTime batch (offset 7) holds the largest timestamp: no time entry after it
+    assert len(entries) == 7 and [t.offset for t in times] == [4, 6, 7]
+    code, out, err = run(capsys, str(index), str(timeindex))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"Dumping {index}",
+        *(f"offset: {e.offset} position: {e.position}" for e in entries),
+        f"Dumping {timeindex}",
+        *(f"timestamp: {t.timestamp} offset: {t.offset}" for t in times),
+    ]
+    code, doc, _ = run_json(capsys, str(index), str(timeindex))
+    assert code == 0
+    assert doc["files"][0]["kind"] == "offset-index"
+    assert doc["files"][0]["entries"] == [{"offset": e.offset, "position": e.position}
+                                          for e in entries]
+    assert doc["files"][1]["kind"] == "time-index"
+    assert doc["files"][1]["entries"] == [{"timestamp": t.timestamp, "offset": t.offset}
+                                          for t in times]
+
+
+def test_empty_index_is_reported_as_kafka_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    index = tmp_path / INDEX0
+    index.write_bytes(b"")
+    code, out, _ = run(capsys, str(index))
+    assert code == 0 and out.splitlines() == [f"Dumping {index}", f"{index} is empty."]
+
+
+def test_verify_index_passes_on_correct_indexes(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    index, timeindex = write_indexes(segment)
+    code, out, err = run(capsys, "--verify-index", str(index), str(timeindex))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"Dumping {index}",
+        f"Verified 7 entries against {segment}",
+        f"Dumping {timeindex}",
+        f"Verified 3 entries against {segment}",
+    ]
+    code, doc, _ = run_json(capsys, "--verify-index-only", str(index), str(timeindex))
+    assert code == 0 and doc["ok"] is True
+    assert [f["entriesChecked"] for f in doc["files"]] == [7, 3]
+    for file in doc["files"]:
+        assert file["mismatches"] == [] and file["errors"] == []
+        assert file["segment"] == str(segment) and "entries" not in file
+
+
+def test_verify_index_names_each_offset_index_mismatch(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    pos = positions(segment)
+    index = segment.with_suffix(".index")
+    with OffsetIndex(index, 0, 1 << 12) as oi:
+        oi.append(4, pos[1])  # right
+        oi.append(6, pos[2])  # right
+        oi.append(8, pos[3])  # wrong: the batch at pos[3] ends at offset 7
+        oi.append(9, pos[3] + 5)  # not the start of a batch
+        oi.append(10, segment.stat().st_size + 100)  # past the end of the segment
+    code, out, err = run(capsys, "--verify-index", str(index))
+    assert code == 1
+    assert f"Verified 5 entries against {segment}" in out
+    mismatches = err.splitlines()
+    assert len(mismatches) == 3, err
+    assert mismatches[0] == (
+        f"tierlog: mismatch: {index}: entry 2 (offset: 8 position: {pos[3]}): index offset 8, "
+        f"log offset 7: the batch at position {pos[3]} of {segment} ends at offset 7"
+    )
+    assert f"entry 3 (offset: 9 position: {pos[3] + 5}): no record batch at position" in err
+    assert "entry 4 (offset: 10" in err and "past the end of" in err
+
+    code, doc, _ = run_json(capsys, "--verify-index", str(index))
+    assert code == 1 and doc["ok"] is False
+    file = doc["files"][0]
+    assert file["entriesChecked"] == 5
+    assert [(m["entry"], m["offset"], m["logOffset"]) for m in file["mismatches"]] == [
+        (2, 8, 7), (3, 9, None), (4, 10, None)
+    ]
+
+
+def test_verify_index_names_each_time_index_mismatch(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    timeindex = segment.with_suffix(".timeindex")
+    with TimeIndex(timeindex, 0, 1 << 12) as ti:
+        ti.maybe_append(T0 + 4, 4)  # right: the batch ending at 4 has max timestamp T0+4
+        ti.maybe_append(T0 + 50, 6)  # wrong timestamp: the batch ending at 6 has T0+6
+        ti.maybe_append(T0 + 60, 8)  # offset 8 is not the last offset of its batch (8-9)
+        ti.maybe_append(T0 + 70, 99)  # beyond the segment
+    code, _, err = run(capsys, "--verify-index", str(timeindex))
+    assert code == 1
+    lines = err.splitlines()
+    assert len(lines) == 3, err
+    assert lines[0] == (
+        f"tierlog: mismatch: {timeindex}: entry 1 (timestamp: {T0 + 50} offset: 6): index "
+        f"timestamp {T0 + 50}, log timestamp {T0 + 6}: the batch of {segment} ending at offset 6 "
+        f"has max timestamp {T0 + 6}"
+    )
+    assert "entry 2" in lines[1] and "indexed offset 8, found log offset 9" in lines[1]
+    assert "entry 3" in lines[2] and "offset 99 is not in" in lines[2]
+    code, doc, _ = run_json(capsys, "--verify-index", str(timeindex))
+    assert code == 1
+    assert [
+        (m["entry"], m["logOffset"], m["logTimestamp"]) for m in doc["files"][0]["mismatches"]
+    ] == [(1, 6, T0 + 6), (2, 9, T0 + 9), (3, None, None)]
+
+
+def test_verify_index_catches_order_problems(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    """Entries out of order (written raw: the index API refuses them) are named."""
+    pos = positions(segment)
+    index = segment.with_suffix(".index")
+    index.write_bytes(struct.pack(">iiii", 4, pos[1], 2, pos[0]))
+    code, _, err = run(capsys, "--verify-index", str(index))
+    assert code == 1
+    assert "entry 1 (offset: 2 position: 0): offset 2 is not above the previous entry's 4" in err
+    assert f"position 0 is not above the previous entry's {pos[1]}" in err
+    timeindex = segment.with_suffix(".timeindex")
+    timeindex.write_bytes(struct.pack(">qiqi", T0 + 6, 6, T0 + 4, 4))
+    code, _, err = run(capsys, "--verify-index", str(timeindex))
+    assert code == 1
+    assert f"timestamp {T0 + 4} is not above the previous entry's timestamp {T0 + 6}" in err
+    assert "offset 4 is below the previous entry's offset 6" in err
+    assert err.count("tierlog: mismatch:") == 2  # the batch ending at 4 is found again
+
+
+def test_verify_index_of_a_log_and_of_a_directory(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    index, timeindex = write_indexes(segment)
+    code, out, err = run(capsys, "--verify-index", str(segment))
+    assert (code, err) == (0, "")
+    assert [line for line in out.splitlines() if line.startswith(("Dumping", "Verified"))] == [
+        f"Dumping {segment}",
+        f"Dumping {index}",
+        f"Verified 7 entries against {segment}",
+        f"Dumping {timeindex}",
+        f"Verified 3 entries against {segment}",
+    ]
+    assert len(batch_lines(out)) == 8  # the log itself is still dumped
+    # break the time index: the directory's verification fails and names it
+    with TimeIndex(timeindex, 0, writable=False) as ti:
+        last = ti.last_entry
+    with open(timeindex, "r+b") as f:
+        f.seek(-12, os.SEEK_END)
+        f.write(struct.pack(">qi", last.timestamp + 1, last.offset))
+    code, out, err = run(capsys, "--verify-index", str(segment.parent))
+    assert code == 1
+    assert f"{timeindex}: entry 2" in err and f"index timestamp {last.timestamp + 1}" in err
+    assert "offset:" not in out.split(f"Dumping {index}")[1]  # indexes are verified, not listed
+
+
+def test_verify_index_without_segment_fails(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    index = tmp_path / INDEX0
+    with OffsetIndex(index, 0, 64) as oi:
+        oi.append(3, 100)
+    code, _, err = run(capsys, "--verify-index", str(index))
+    assert code == 1 and "its segment file does not exist" in err
+
+
+def test_index_sanity_check(capsys: pytest.CaptureFixture[str], segment: Path) -> None:
+    index, timeindex = write_indexes(segment)
+    code, out, err = run(capsys, "--index-sanity-check", str(index), str(timeindex))
+    assert (code, err) == (0, "")
+    assert f"{index} passed sanity check." in out and f"{timeindex} passed sanity check." in out
+    index.write_bytes(struct.pack(">iiii", 4, 100, 3, 200))  # offsets go backwards
+    code, doc, _ = run_json(capsys, "--index-sanity-check", str(index))
+    assert code == 1
+    (file,) = doc["files"]
+    assert file["sanityCheck"] == "failed" and file["errors"][0]["position"] == 8
+    assert "not above the previous entry's" in file["errors"][0]["message"]
+
+
+def test_partial_index_entry_is_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    index = tmp_path / INDEX0
+    index.write_bytes(struct.pack(">ii", 3, 100) + b"\x00\x00\x00")
+    code, out, err = run(capsys, str(index))
+    assert code == 1
+    assert "offset: 3 position: 100" in out
+    assert "partial entry at position 8" in err
+
+
+# --- other files -------------------------------------------------------------------------------
+
+
+def test_txn_index_dump(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.txnindex"
+    with TransactionIndex(0, path) as index:
+        index.append(AbortedTxn(7, 10, 20, 10))
+        index.append(AbortedTxn(8, 15, 30, 10))
+    code, out, _ = run(capsys, str(path))
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "version: 0 producerId: 7 firstOffset: 10 lastOffset: 20 lastStableOffset: 10",
+        "version: 0 producerId: 8 firstOffset: 15 lastOffset: 30 lastStableOffset: 10",
+    ]
+    code, doc, _ = run_json(capsys, str(path))
+    assert doc["files"][0]["entries"][1] == {
+        "version": 0, "producerId": 8, "firstOffset": 15, "lastOffset": 30,
+        "lastStableOffset": 10,
+    }
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 5)
+    code, out, err = run(capsys, str(path))
+    assert code == 1 and len(out.splitlines()) == 3 and "partial entry at position 68" in err
+
+
+def test_producer_snapshot_dump(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000014.snapshot"
+    write_producer_snapshot(
+        path,
+        [
+            ProducerSnapshotEntry(7, 2, 11, 4, 1, T0 + 4, 3, 3),
+            ProducerSnapshotEntry(9, 0, -1, -1, 0, T0, -1, -1),
+        ],
+        sync=False,
+    )
+    code, out, _ = run(capsys, str(path))
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "producerId: 7 producerEpoch: 2 coordinatorEpoch: 3 currentTxnFirstOffset: "
+        f"OptionalLong[3] lastTimestamp: {T0 + 4} firstSequence: 10 lastSequence: 11 "
+        f"lastOffset: 4 offsetDelta: 1 timestamp: {T0 + 4}",
+        "producerId: 9 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        f"OptionalLong.empty lastTimestamp: {T0}",
+    ]
+    code, doc, _ = run_json(capsys, str(path))
+    first, second = doc["files"][0]["entries"]
+    assert first["currentTxnFirstOffset"] == 3 and first["firstSequence"] == 10
+    assert second["currentTxnFirstOffset"] is None and second["firstSequence"] is None
+    path.write_bytes(path.read_bytes()[:-3])
+    code, out, err = run(capsys, str(path))
+    assert code == 1 and "truncated" in err and str(path) in err
+
+
+def test_checkpoint_and_partition_metadata_dump(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "leader-epoch-checkpoint"
+    write_leader_epoch_checkpoint(checkpoint, [(0, 0), (1, 3)], sync=False)
+    metadata = tmp_path / "partition.metadata"
+    topic_id = Uuid.random()
+    write_partition_metadata(metadata, topic_id, sync=False)
+    code, out, _ = run(capsys, str(checkpoint), str(metadata))
+    assert code == 0
+    assert out.splitlines() == [
+        f"Dumping {checkpoint}",
+        "epoch: 0 startOffset: 0",
+        "epoch: 1 startOffset: 3",
+        f"Dumping {metadata}",
+        f"version: 0 topicId: {topic_id}",
+    ]
+    code, doc, _ = run_json(capsys, str(checkpoint), str(metadata))
+    assert doc["files"][0]["entries"] == [{"epoch": 0, "startOffset": 0},
+                                          {"epoch": 1, "startOffset": 3}]
+    assert doc["files"][1] == {"kind": "partition-metadata", "path": str(metadata),
+                               "version": 0, "topicId": str(topic_id), "errors": []}
+    checkpoint.write_text("0\n3\n0 0\n")
+    code, _, err = run(capsys, str(checkpoint))
+    assert code == 1 and "expected [3] entries" in err
+
+
+def test_partition_directory_in_offset_order(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    batches = tierlog_batches()
+    first = write_segment(tmp_path, batches[:3])
+    second = write_segment(tmp_path, batches[3:], base=7)
+    write_indexes(first)
+    write_indexes(second, base=7)
+    with TransactionIndex(7, tmp_path / "00000000000000000007.txnindex") as txn:
+        txn.append(AbortedTxn(8, 11, 12, 11))
+    write_producer_snapshot(tmp_path / "00000000000000000007.snapshot", [], sync=False)
+    write_leader_epoch_checkpoint(tmp_path / "leader-epoch-checkpoint", [(0, 0), (1, 3)],
+                                  sync=False)
+    write_partition_metadata(tmp_path / "partition.metadata", Uuid.random(), sync=False)
+    (tmp_path / "leader-epoch-checkpoint.tmp").write_text("junk")
+    code, out, err = run(capsys, str(tmp_path))
+    assert code == 0
+    assert [line.split("/")[-1] for line in out.splitlines() if line.startswith("Dumping")] == [
+        "partition.metadata",
+        "leader-epoch-checkpoint",
+        "00000000000000000000.log",
+        "00000000000000000000.index",
+        "00000000000000000000.timeindex",
+        "00000000000000000007.log",
+        "00000000000000000007.index",
+        "00000000000000000007.timeindex",
+        "00000000000000000007.txnindex",
+        "00000000000000000007.snapshot",
+    ]
+    assert "Log starting offset: 7" in out
+    assert err == f"tierlog: note: ignoring {tmp_path / 'leader-epoch-checkpoint.tmp'} (not a " \
+        "file of a live partition)\n"
+    code, doc, _ = run_json(capsys, "--deep", str(tmp_path))
+    assert code == 0 and len(doc["files"]) == 10
+    assert [f["kind"] for f in doc["files"]][:3] == ["partition-metadata",
+                                                     "leader-epoch-checkpoint", "log"]
+
+
+def test_remote_storage_layout_names(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Files in the ``local`` RSM's layout (``<offset>-<segmentId>.<kind>``) dump and verify."""
+    stem = f"{0:020d}-{Uuid.random()}"
+    local = write_segment(tmp_path, tierlog_batches())
+    write_indexes(local)
+    for suffix in (".log", ".index", ".timeindex"):
+        os.rename(local.with_suffix(suffix), tmp_path / f"{stem}{suffix}")
+    write_leader_epoch_checkpoint(tmp_path / f"{stem}.leader_epoch_checkpoint", [(1, 0)],
+                                  sync=False)
+    code, out, err = run(capsys, "--verify-index", str(tmp_path / f"{stem}.log"))
+    assert (code, err) == (0, "")
+    assert "Log starting offset: 0" in out
+    assert out.count("Verified 7 entries") == 1 and out.count("Verified 3 entries") == 1
+    code, out, _ = run(capsys, str(tmp_path / f"{stem}.leader_epoch_checkpoint"))
+    assert code == 0 and "epoch: 1 startOffset: 0" in out
+
+
+# --- corrupt input -----------------------------------------------------------------------------
+
+
+def test_bad_crc_prints_every_batch_and_exits_1(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    data = bytearray(segment.read_bytes())
+    pos = positions(segment)
+    at = data.index(b"hello")
+    data[at] ^= 0x01  # "iello": inside batch 0, after its CRC
+    segment.write_bytes(bytes(data))
+    code, out, err = run(capsys, "--deep", "--print-data-log", str(segment))
+    assert code == 1
+    batches = batch_lines(out)
+    assert len(batches) == 8
+    assert batches[0].endswith("isvalid: false")
+    assert all(line.endswith("isvalid: true") for line in batches[1:])
+    assert "payload: iello" in out  # Kafka also prints the records of an invalid batch
+    assert err.startswith("tierlog: error: record batch CRC mismatch")
+    assert f"at position {pos[0]} of {segment}" in err
+    code, doc, _ = run_json(capsys, str(segment))
+    assert code == 1 and doc["ok"] is False
+    file = doc["files"][0]
+    assert [b["isValid"] for b in file["batches"]] == [False] + [True] * 7
+    assert file["errors"][0]["position"] == 0 and "CRC mismatch" in file["errors"][0]["message"]
+
+
+def test_bad_crc_of_a_batch_larger_than_the_read_buffer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    big = build_batch([Record(0, T0, b"k", b"x" * (3 << 20))])
+    tail = build_batch([Record(1, T0 + 1, b"k", b"v")], base_offset=1)
+    data = bytearray(big + tail)
+    data[len(big) // 2] ^= 0xFF
+    log = write_segment(tmp_path, [bytes(data)])
+    code, out, err = run(capsys, str(log))
+    assert code == 1
+    lines = batch_lines(out)
+    assert lines[0].endswith("isvalid: false") and lines[1].endswith("isvalid: true")
+    assert "at position 0 of" in err
+
+
+def test_truncated_tail_prints_what_was_readable(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    data = segment.read_bytes()
+    pos = positions(segment)
+    segment.write_bytes(data[: pos[-1] + 30])
+    code, out, err = run(capsys, "--deep", str(segment))
+    assert code == 1
+    assert len(batch_lines(out)) == 7
+    assert out.splitlines()[-1] == f"Found 30 invalid bytes at the end of {segment.name}"
+    assert err.startswith("tierlog: error: ") and f"at position {pos[-1]} of {segment}" in err
+    assert "Traceback" not in err
+    code, doc, _ = run_json(capsys, str(segment))
+    file = doc["files"][0]
+    assert code == 1 and len(file["batches"]) == 7
+    assert file["validBytes"] == pos[-1] and file["trailingBytes"] == 30
+    assert file["errors"][0]["position"] == pos[-1]
+
+
+def test_bad_magic_stops_at_its_position(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    data = bytearray(segment.read_bytes())
+    pos = positions(segment)
+    data[pos[2] + 16] = 7
+    segment.write_bytes(bytes(data))
+    code, out, err = run(capsys, str(segment))
+    assert code == 1
+    assert len(batch_lines(out)) == 2
+    assert "invalid magic byte 7" in err and f"at position {pos[2]} of {segment}" in err
+
+
+def test_legacy_message_format_gives_the_typed_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    body = struct.pack(">bbqi", 1, 0, T0, -1) + struct.pack(">i", 5) + b"hello"
+    message = struct.pack(">I", crc32c(body)) + body
+    log = tmp_path / LOG0
+    log.write_bytes(struct.pack(">qi", 0, len(message)) + message)
+    code, out, err = run(capsys, str(log))
+    assert code == 1
+    assert out.splitlines() == [f"Dumping {log}", "Log starting offset: 0"]
+    assert "magic 1 (legacy message format) at position 0 of" in err
+    assert "record batches v2" in err and "Traceback" not in err
+
+
+def test_undecodable_records_are_reported_and_the_dump_goes_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = bytearray(build_batch([Record(0, T0, b"k", b"v")]))
+    struct.pack_into(">i", bad, 57, 50)  # RecordsCount: 50 records cannot fit
+    struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))  # with a valid CRC
+    good = build_batch([Record(1, T0 + 1, b"k", b"v")], base_offset=1)
+    log = write_segment(tmp_path, [bytes(bad), good])
+    code, out, err = run(capsys, "--deep", str(log))
+    assert code == 1
+    assert len(batch_lines(out)) == 2 and len(record_lines(out)) == 1
+    assert "record count 50 cannot fit" in err and "at position 0 of" in err
+    code, doc, _ = run_json(capsys, "--deep", str(log))
+    assert doc["files"][0]["batches"][0]["records"] is None
+    assert len(doc["files"][0]["batches"][1]["records"]) == 1
+    code, out, err = run(capsys, str(log))  # shallow: nothing wrong with the frames
+    assert (code, err) == (0, "")
+
+
+def test_unknown_codec_id_is_reported_shallow_and_deep(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = bytearray(build_batch([Record(0, T0, b"k", b"v")]))
+    struct.pack_into(">h", bad, 21, 6)  # attributes: compression id 6 does not exist
+    struct.pack_into(">I", bad, 17, crc32c(bytes(bad[21:])))
+    log = write_segment(tmp_path, [bytes(bad)])
+    code, out, err = run(capsys, str(log))
+    assert code == 1 and "compresscodec: unknown(6) crc:" in out
+    assert "unknown compression type id 6 in record batch at position 0 of" in err
+    code, out, err = run(capsys, "--deep", str(log))
+    assert code == 1 and err.count("unknown compression type id 6") == 1
+
+
+def test_suffixed_files_dump_when_named_and_are_skipped_in_a_directory(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    deleted = segment.with_name(segment.name + ".deleted")
+    os.rename(segment, deleted)
+    code, out, _ = run(capsys, str(deleted))
+    assert code == 0 and len(batch_lines(out)) == 8
+    code, out, err = run(capsys, str(segment.parent))
+    assert (code, out) == (0, "")
+    assert f"ignoring {deleted}" in err
+
+
+# --- usage errors and the entry point ----------------------------------------------------------
+
+
+def test_unknown_file_kind_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, segment: Path
+) -> None:
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    code, out, err = run(capsys, str(segment), str(other))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"tierlog: error: cannot tell what {other} holds from its name")
+    assert ".timeindex" in err
+    code, out, err = run(capsys, str(tmp_path / "missing.log"))
+    assert (code, out) == (2, "")
+    assert "no such file or directory" in err
+
+
+def test_python_m_entry_point(segment: Path) -> None:
+    write_indexes(segment)
+    result = subprocess.run(
+        [sys.executable, "-m", "tierlog.cli", "log", "dump", "--json", "--deep",
+         "--verify-index", str(segment)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [f["kind"] for f in doc["files"]] == ["log", "offset-index", "time-index"]
+    assert doc["ok"] is True
