@@ -153,3 +153,31 @@ def test_conformance_verdict_is_the_exit_code(tmp_path: Path) -> None:
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "failed" in result.stdout
+
+
+def test_conformance_rejects_a_malformed_config(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "conformance", "--rsm", "local", "--config", "dir")
+    assert code == 2 and "--config expects KEY=VALUE, got 'dir'" in err
+
+
+def test_conformance_needs_config_when_the_plugin_declares_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "needs_config_rsm.py").write_text(
+        "from tierlog.storage.local import LocalTieredStorage\n"
+        "class NeedsConfig(LocalTieredStorage):\n"
+        "    conformance_config = None\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "conformance", "--rsm", "needs_config_rsm:NeedsConfig")
+    assert code == 2 and "has no conformance_config()" in err and "--config" in err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--partition", "2147483648"),
+                                             ("--partitions", "0"), ("--partition", "-1")])
+def test_partition_command_checks_int32_ranges(capsys: pytest.CaptureFixture[str], flag: str,
+                                               value: str) -> None:
+    args = {"--partition": "0", "--partitions": "50", flag: value}
+    code, _, err = run_cli(capsys, "metadata", "partition", "--topic-id",
+                           "Bp9TDduJRGa9Q5rlvCJOxg", *[x for kv in args.items() for x in kv])
+    assert code == 2 and flag in err

@@ -22,7 +22,7 @@ from tierlog.metadata.partitioner import metadata_partition
 from tierlog.metadata.serde import RemoteLogSegmentMetadataSnapshot
 from tierlog.spi import (
     ConfigError,
-    CorruptLogError,
+    CorruptRecordError,
     CustomMetadata,
     IllegalStateError,
     InvalidArgumentError,
@@ -313,7 +313,7 @@ def test_damage_inside_a_record_log_fails_the_load(tmp_path: Path) -> None:
     raw[20] ^= 0xFF
     path.write_bytes(bytes(raw))
     again = _open(tmp_path)
-    with pytest.raises(CorruptLogError, match=str(path)):
+    with pytest.raises(CorruptRecordError, match=str(path)):
         again.on_partition_leadership_changes({tip}, set())
     assert not again.is_ready(tip)
     again.close()
@@ -328,7 +328,7 @@ def test_a_record_that_cannot_be_decoded_fails_the_load(tmp_path: Path) -> None:
     with RecordLog(path) as log:
         log.append([b"\x01\x09\x00garbage"])
     again = _open(tmp_path)
-    with pytest.raises(CorruptLogError, match="offset 1"):
+    with pytest.raises(CorruptRecordError, match="offset 1"):
         again.on_partition_leadership_changes({tip}, set())
     again.close()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tierlog.metadata._record_log import HEADER, MAX_PAYLOAD_BYTES, RecordLog, frame
-from tierlog.spi import CorruptLogError, IllegalStateError, InvalidArgumentError
+from tierlog.spi import CorruptRecordError, IllegalStateError, InvalidArgumentError
 
 PAYLOADS = [b"first record", b"\x00\x01\x02", b"x" * 300]
 
@@ -187,7 +187,7 @@ def test_damage_before_valid_entries_raises_and_leaves_the_file_untouched(
     tmp_path: Path, where: str
 ) -> None:
     """A bad entry followed by valid-looking data is corruption of acknowledged data: opening
-    raises CorruptLogError naming the file and position, and changes nothing on disk."""
+    raises CorruptRecordError naming the file and position, and changes nothing on disk."""
     path = tmp_path / "p.log"
     _write_log(path, PAYLOADS)
     second = len(frame(PAYLOADS[0]))
@@ -200,7 +200,7 @@ def test_damage_before_valid_entries_raises_and_leaves_the_file_untouched(
     }[where]
     damaged = _corrupt(path, *patch)
     mtime = path.stat().st_mtime_ns
-    with pytest.raises(CorruptLogError) as info:
+    with pytest.raises(CorruptRecordError) as info:
         RecordLog(path)
     assert str(path) in str(info.value)
     assert f"byte {second}" in str(info.value)
@@ -213,7 +213,7 @@ def test_damage_found_while_reading_is_reported(tmp_path: Path) -> None:
     with RecordLog(path) as log:
         log.append(PAYLOADS)
         _corrupt(path, len(frame(PAYLOADS[0])) + HEADER.size, b"\xee")
-        with pytest.raises(CorruptLogError, match="entry 1"):
+        with pytest.raises(CorruptRecordError, match="entry 1"):
             list(log.read())
 
 

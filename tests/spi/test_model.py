@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,15 @@ def test_custom_metadata_string_is_kafkas() -> None:
 def test_negative_partition_rejected() -> None:
     with pytest.raises(InvalidArgumentError):
         TopicIdPartition(Uuid(0, 5), "foo", -1)
+
+
+def test_log_segment_data_checks_its_fields(tmp_path: Path) -> None:
+    from tierlog.spi import LogSegmentData
+
+    p = tmp_path / "x"
+    data = LogSegmentData(p, p, p, None, p, bytearray(b"0\n0\n"))
+    assert data.leader_epoch_index == b"0\n0\n"
+    with pytest.raises(InvalidArgumentError, match="leader_epoch_index must be the checkpoint"):
+        LogSegmentData(p, p, p, None, p, p)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="offset_index must be a Path"):
+        LogSegmentData(p, "x", p, None, p, b"")  # type: ignore[arg-type]

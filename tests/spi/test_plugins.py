@@ -186,3 +186,67 @@ def test_in_process_plugin_registration() -> None:
     registry = PluginRegistry(only=[])
     registry.register_plugin(Plugin(), "mine-plugin")
     assert registry.storage_manager_class("mine") is Mine
+
+
+def test_abstract_class_is_refused_naming_missing_methods(make_dist: MakeDist) -> None:
+    make_dist("tierlog-half", {"half": "tl_half"}, {"tl_half": """
+        from tierlog import hookimpl
+        from tierlog.spi import RemoteStorageManager
+
+        class Half(RemoteStorageManager):
+            def configure(self, configs):
+                pass
+
+        @hookimpl
+        def tierlog_register_storage_managers(register):
+            register("half", Half)
+    """})
+    registry = PluginRegistry()
+    assert "half" not in registry.storage_managers
+    (failure,) = registry.failures
+    assert "is abstract" in failure.error and "copy_log_segment_data" in failure.error
+    with pytest.raises(PluginError, match=r"is abstract.*fetch_index"):
+        registry.storage_manager_class("tl_half:Half")
+
+
+def test_a_plugin_registers_all_or_nothing(make_dist: MakeDist) -> None:
+    make_dist("tierlog-mixed", {"mixed": "tl_mixed"}, {"tl_mixed": """
+        from tierlog import hookimpl
+        from tierlog.storage.local import LocalTieredStorage
+
+        class Fine(LocalTieredStorage):
+            pass
+
+        @hookimpl
+        def tierlog_register_storage_managers(register):
+            register("fine", Fine)
+            register("bad", object)
+    """})
+    registry = PluginRegistry()
+    assert "fine" not in registry.storage_managers
+    assert "not a RemoteStorageManager" in registry.failures[0].error
+
+
+def test_entry_point_name_already_taken_is_reported(make_dist: MakeDist) -> None:
+    make_dist("tierlog-squatter", {"local": "tl_squatter"}, {"tl_squatter": GOOD_PLUGIN})
+    registry = PluginRegistry()
+    assert "good" not in registry.storage_managers
+    (failure,) = registry.failures
+    assert failure.distribution == "tierlog-squatter" and "already taken" in failure.error
+
+
+def test_strict_mode_keeps_failing_instead_of_half_loading(
+    make_dist: MakeDist, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_dist("tierlog-broken3", {"broken3": "tl_broken3"},
+              {"tl_broken3": "raise RuntimeError('boom')\n"})
+    registry = PluginRegistry(strict=True)
+    for _ in range(2):
+        with pytest.raises(PluginError, match="boom"):
+            _ = registry.storage_managers
+
+
+def test_class_path_import_failure_is_a_plugin_error(make_dist: MakeDist) -> None:
+    make_dist("tierlog-explodes", {}, {"tl_explodes": "raise ZeroDivisionError('at import')\n"})
+    with pytest.raises(PluginError, match="ZeroDivisionError: at import"):
+        PluginRegistry(only=[]).storage_manager_class("tl_explodes:Thing")

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from tierlog.spi import PluginError
+from tierlog.spi import ConfigError, PluginError
 from tierlog.spi.plugins import get_registry
 
 
@@ -49,17 +51,30 @@ def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
     if spec is None or spec.origin is None:  # pragma: no cover - broken installation
         raise PluginError("the tierlog.conformance package is not installed")
     module = Path(spec.origin).with_name("_selected.py")
+    # Like `python -m`, let `module:Class` name a module of the current directory.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     registry = get_registry()
+    # Fail fast with one clear message instead of the same error in every test.
+    plugin_class: type
     if args.rsm:
-        registry.storage_manager_class(args.rsm)  # fail fast, with the registry's message
+        plugin_class = registry.storage_manager_class(args.rsm)
         node = f"{module}::TestSelectedRemoteStorageManager"
         argv = [node, "--tierlog-rsm", args.rsm]
     else:
-        registry.metadata_manager_class(args.rlmm)
+        plugin_class = registry.metadata_manager_class(args.rlmm)
         node = f"{module}::TestSelectedRemoteLogMetadataManager"
         argv = [node, "--tierlog-rlmm", args.rlmm]
     for item in args.config:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--config expects KEY=VALUE, got {item!r}")
         argv += ["--tierlog-config", item]
+    if not args.config and getattr(plugin_class, "conformance_config", None) is None:
+        raise ConfigError(
+            f"{plugin_class.__module__}:{plugin_class.__qualname__} has no conformance_config() "
+            "classmethod: give its configuration with --config KEY=VALUE (repeatable)"
+        )
     if args.quick:
         argv += ["-m", "not tierlog_large"]
     passthrough = extra[1:] if extra[:1] == ["--"] else extra

@@ -13,6 +13,8 @@ from typing import Any
 
 from tierlog.spi import InvalidArgumentError, MetadataRecordError, TopicIdPartition, Uuid
 
+INT32_MAX = 2**31 - 1
+
 DEFAULT_METADATA_PARTITIONS = 50
 """Kafka's default ``remote.log.metadata.topic.num.partitions``."""
 
@@ -116,8 +118,10 @@ def run_encode(args: argparse.Namespace) -> int:
 def run_partition(args: argparse.Namespace) -> int:
     from tierlog.metadata.partitioner import metadata_partition
 
-    if args.partitions < 1:
-        raise InvalidArgumentError(f"--partitions must be >= 1, got {args.partitions}")
+    if not 1 <= args.partitions <= INT32_MAX:
+        raise InvalidArgumentError(f"--partitions must be in 1..{INT32_MAX}, got {args.partitions}")
+    if not 0 <= args.partition <= INT32_MAX:
+        raise InvalidArgumentError(f"--partition must be in 0..{INT32_MAX}, got {args.partition}")
     tip = TopicIdPartition(Uuid.from_string(args.topic_id), args.topic, args.partition)
     print(metadata_partition(tip, args.partitions))
     return 0

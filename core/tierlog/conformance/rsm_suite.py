@@ -386,8 +386,14 @@ class RemoteStorageManagerSuite(SuiteBase):
         """Names of every object currently stored, listed without the API under test (a
         directory walk, a bucket listing, a dict's keys); ``None`` if it cannot be listed.
 
-        The default lists the files under ``store_root()`` as relative POSIX paths.
+        The default asks the plugin first (an RSM may define ``conformance_stored_objects()``
+        returning such names, e.g. from a bucket listing, which is how ``tierlog conformance``
+        gets them), then lists the files under ``store_root()`` as relative POSIX paths.
         """
+        hook: Any = getattr(rsm, "conformance_stored_objects", None)
+        if hook is not None:
+            listed = hook()
+            return None if listed is None else {str(name) for name in listed}
         root = self.store_root(rsm)
         if root is None:
             return None
@@ -746,14 +752,16 @@ class RemoteStorageManagerSuite(SuiteBase):
         """Copies (one retried, one without transaction index) then deletes leave the store,
         listed independently by ``stored_objects()``, as it was.
 
-        Needs ``stored_objects()`` or ``store_root()`` on the suite subclass. To fix: delete
+        Needs a way to list the store independently (``conformance_stored_objects()`` or
+        ``conformance_store_root()`` on the plugin, or the suite hooks). To fix: delete
         every object a copy wrote, and remove temporary files of a copy before it returns.
         """
         before = self.stored_objects(rsm)
         if before is None:
             pytest.skip(
-                "the suite subclass does not implement stored_objects() or store_root(), so "
-                "the store cannot be listed independently"
+                "the store cannot be listed independently: define conformance_stored_objects()"
+                " or conformance_store_root() on the plugin (or stored_objects()/store_root() "
+                "on the suite subclass)"
             )
         with_txn = self.copy(rsm, segments.create(), topic_partition)
         self.copy(rsm, segments.create(), topic_partition,

@@ -32,7 +32,7 @@ crash interrupted a write, *unless* valid-looking data follows it:
 - if no complete, CRC-valid entry starts anywhere after that position, the rest of the file is a
   torn tail of a write that was never acknowledged: it is truncated, with a WARNING naming the
   file, the position and the number of bytes dropped, and appends continue from there;
-- otherwise the damage is in the middle of acknowledged data: ``CorruptLogError`` names the file
+- otherwise the damage is in the middle of acknowledged data: ``CorruptRecordError`` names the file
   and the position, and the file is left untouched. Silently dropping the good entries after it
   would lose metadata, so an operator has to look.
 
@@ -52,7 +52,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
-from tierlog.spi import CorruptLogError, IllegalStateError, InvalidArgumentError
+from tierlog.spi import CorruptRecordError, IllegalStateError, InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class RecordLog:
 
     # Recovery ----------------------------------------------------------------------------------
     def _recover(self) -> tuple[int, int, list[int]]:
-        """Scan the file; truncate a torn tail or raise ``CorruptLogError``."""
+        """Scan the file; truncate a torn tail or raise ``CorruptRecordError``."""
         end = os.fstat(self._fd).st_size
         reader = _Reader(self._fd, 0, end)
         index: list[int] = []
@@ -168,7 +168,7 @@ class RecordLog:
         if position < end:
             later = self._find_valid_entry_after(position, end)
             if later is not None:
-                raise CorruptLogError(
+                raise CorruptRecordError(
                     f"record log {self._path} is corrupt at byte {position} (entry {count}): "
                     f"the entry there is invalid but a valid entry follows at byte {later}; "
                     "the file was left untouched"
@@ -282,14 +282,14 @@ class RecordLog:
             while offset < count:
                 header = reader.read_at(position, HEADER.size)
                 if len(header) < HEADER.size:
-                    raise CorruptLogError(
+                    raise CorruptRecordError(
                         f"record log {self._path} is shorter than expected at byte {position}"
                     )
                 length, crc = HEADER.unpack(header)
                 if offset >= from_offset:
                     payload = reader.read_at(position + HEADER.size, length)
                     if len(payload) != length or zlib.crc32(payload) != crc:
-                        raise CorruptLogError(
+                        raise CorruptRecordError(
                             f"record log {self._path} is corrupt at byte {position} "
                             f"(entry {offset}): CRC or length mismatch on read"
                         )

@@ -70,7 +70,7 @@ from tierlog.metadata.serde import RemoteLogSegmentMetadataSnapshot
 from tierlog.metadata.store import RemotePartitionMetadataStore
 from tierlog.spi import (
     ConfigError,
-    CorruptLogError,
+    CorruptRecordError,
     IllegalStateError,
     InvalidArgumentError,
     MetadataRecordError,
@@ -521,7 +521,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
             try:
                 yield offset, serde.deserialize(payload)
             except MetadataRecordError as exc:
-                raise CorruptLogError(
+                raise CorruptRecordError(
                     f"{record_log.path} offset {offset}: the record cannot be decoded ({exc}); "
                     "refusing to load a metadata partition with an unreadable event"
                 ) from exc

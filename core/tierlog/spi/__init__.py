@@ -3,7 +3,6 @@ plugin discovery. Everything a plugin author imports comes from here."""
 
 from tierlog.spi._errors import (
     ConfigError,
-    CorruptLogError,
     CorruptRecordError,
     IllegalStateError,
     InvalidArgumentError,
@@ -40,7 +39,6 @@ __all__ = [
     "NO_BROKER_ID",
     "ZERO_UUID",
     "ConfigError",
-    "CorruptLogError",
     "CorruptRecordError",
     "CustomMetadata",
     "IllegalStateError",

@@ -67,6 +67,3 @@ class CorruptRecordError(TierlogError):
         self.path = path
         self.position = position
 
-
-CorruptLogError = CorruptRecordError
-"""Former name of ``CorruptRecordError``, kept while callers move over."""

@@ -341,3 +341,20 @@ class LogSegmentData:
     transaction_index: Path | None
     producer_snapshot_index: Path
     leader_epoch_index: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("log_segment", "offset_index", "time_index", "producer_snapshot_index"):
+            value = getattr(self, name)
+            if not isinstance(value, Path):
+                raise InvalidArgumentError(f"LogSegmentData.{name} must be a Path, got {value!r}")
+        if self.transaction_index is not None and not isinstance(self.transaction_index, Path):
+            raise InvalidArgumentError(
+                f"LogSegmentData.transaction_index must be a Path or None, "
+                f"got {self.transaction_index!r}"
+            )
+        if not isinstance(self.leader_epoch_index, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(
+                "LogSegmentData.leader_epoch_index must be the checkpoint's bytes (in memory, "
+                f"as Kafka's RLM sends it), got {type(self.leader_epoch_index).__name__}"
+            )
+        object.__setattr__(self, "leader_epoch_index", bytes(self.leader_epoch_index))

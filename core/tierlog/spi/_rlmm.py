@@ -37,8 +37,13 @@ class RemoteLogMetadataManager(abc.ABC):
     highest_offset_for_epoch      no       counted   still counted still counted
     ============================  =======  ========  ============  =============
 
-    A plugin may define ``conformance_config()`` (a classmethod returning a config mapping); the
-    conformance suite uses it when the user gives no configuration.
+    Partitions: every read and write names a ``TopicIdPartition`` that must be hosted here
+    (``on_partition_leadership_changes``). A partition this RLMM does not know, or whose deletion
+    finished, raises ``RemoteResourceNotFoundException``; one still loading raises the retriable
+    ``RemoteStorageNotReadyException`` (``is_ready`` tells which).
+
+    A plugin may define ``conformance_config()`` and ``conformance_capabilities()``
+    classmethods; the conformance suite uses them when the user gives no configuration.
     """
 
     @abc.abstractmethod
@@ -95,7 +100,8 @@ class RemoteLogMetadataManager(abc.ABC):
 
         ``DELETE_PARTITION_MARKED`` and ``DELETE_PARTITION_STARTED`` leave the segments readable;
         after ``DELETE_PARTITION_FINISHED`` the partition is gone and lookups raise
-        ``RemoteResourceNotFoundException``.
+        ``RemoteResourceNotFoundException``. Raises ``RemoteResourceNotFoundException`` for a
+        partition this RLMM has no resources for.
         """
 
     @abc.abstractmethod
@@ -144,7 +150,7 @@ class RemoteLogMetadataManager(abc.ABC):
         return True
 
     def close(self) -> None:  # noqa: B027 - a no-op default is the contract
-        """Release resources. Called once; the default does nothing."""
+        """Release resources. A second call must be harmless; the default does nothing."""
 
     def __enter__(self) -> Self:
         return self

@@ -29,9 +29,13 @@ class RemoteStorageManager(abc.ABC):
     Every segment copy carries a fresh ``RemoteLogSegmentId``, even when the RLM retries the same
     local segment, so objects of an abandoned attempt never collide with a later one.
 
-    A plugin may define ``conformance_config()`` (a classmethod returning a config mapping, for
-    example with a fresh temporary directory); the conformance suite uses it when the user gives
-    no configuration.
+    Optional hooks for the conformance suite (see ``docs/writing-a-plugin.md``):
+    ``conformance_config()`` (classmethod: a config mapping, for example with a fresh temporary
+    directory, used when the user gives no configuration), ``conformance_capabilities()``
+    (classmethod: what the plugin cannot do, with reasons), and on an instance
+    ``conformance_store_root()`` (the local directory it stores under) or
+    ``conformance_stored_objects()`` (names of every stored object, listed without the API
+    under test), which let the suite inspect the store independently.
     """
 
     @abc.abstractmethod
@@ -99,7 +103,8 @@ class RemoteStorageManager(abc.ABC):
         """
 
     def close(self) -> None:  # noqa: B027 - a no-op default is the contract
-        """Release clients, threads and files. Called once; the default does nothing."""
+        """Release clients, threads and files. A second call must be harmless; the default
+        does nothing."""
 
     def __enter__(self) -> Self:
         return self

@@ -12,6 +12,7 @@ Core code asks this registry, never ``pm.hook`` directly.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import os
 import threading
@@ -41,6 +42,12 @@ map is the fallback when tierlog runs from a source tree without being installed
 
 STRICT_ENV = "TIERLOG_STRICT_PLUGINS"
 LOAD_ENV = "TIERLOG_LOAD_PLUGINS"
+
+
+def _new_plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    return pm
 
 
 def class_path(cls: type) -> str:
@@ -74,6 +81,31 @@ class PluginFailure:
     error: str
 
 
+def _abstract_problem(cls: type) -> str | None:
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+        return f"{class_path(cls)} is abstract: it does not implement {missing}"
+    return None
+
+
+def _registration_problem(
+    kind: Kind, base: type, table: Mapping[str, PluginInfo], name: str, cls: object
+) -> str | None:
+    """Why ``register(name, cls)`` must be refused, or None."""
+    if not isinstance(cls, type) or not issubclass(cls, base):
+        return f"registered {name!r} as {cls!r}, not a {base.__name__}"
+    abstract = _abstract_problem(cls)
+    if abstract is not None:
+        return f"registered {name!r}: {abstract}"
+    existing = table.get(name)
+    if existing is not None and existing.cls is not cls:
+        return (
+            f"{kind} name {name!r} is already registered by plugin {existing.plugin!r} "
+            f"({existing.class_path})"
+        )
+    return None
+
+
 def _dist_name(ep: importlib_metadata.EntryPoint) -> str | None:
     return ep.dist.name if ep.dist is not None else None
 
@@ -99,8 +131,7 @@ class PluginRegistry:
             only = [p.strip() for p in os.environ[LOAD_ENV].split(",") if p.strip()]
         self._only = None if only is None else frozenset(only)
         self._load_entry_points = load_entry_points
-        self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-        self._pm.add_hookspecs(hookspecs)
+        self._pm = _new_plugin_manager()
         self._lock = threading.RLock()
         self._loaded = False
         self._storage: dict[str, PluginInfo] = {}
@@ -126,34 +157,49 @@ class PluginRegistry:
         with self._lock:
             if self._loaded:
                 return
+            try:
+                self._load()
+            except BaseException:
+                # Strict mode: every query raises until the environment is fixed, never a
+                # half-loaded registry.
+                self._pm = _new_plugin_manager()
+                self._storage.clear()
+                self._metadata.clear()
+                self._failures.clear()
+                raise
             self._loaded = True
-            if not self._load_entry_points:
-                return
-            # The core's own plugins first, so their names cannot be taken by another plugin.
-            # From a source tree without installation there are no core entry points: the
-            # built-in modules are then registered directly, still first.
-            eps = sorted(importlib_metadata.entry_points(group=self._group),
-                         key=lambda e: (_dist_name(e) != CORE_DISTRIBUTION, e.name))
-            if not any(_dist_name(ep) == CORE_DISTRIBUTION for ep in eps):
-                for name, module in BUILTIN_PLUGIN_MODULES.items():
-                    self._add(importlib.import_module(module), name, CORE_DISTRIBUTION, None)
-            for ep in eps:
-                dist = _dist_name(ep)
-                version = ep.dist.version if ep.dist is not None else None
-                if dist != CORE_DISTRIBUTION and self._only is not None and (
-                    ep.name not in self._only
-                ):
-                    log.debug("plugin %s skipped: not in %s", ep.name, LOAD_ENV)
-                    continue
-                if self._pm.has_plugin(ep.name):
-                    continue
-                try:
-                    plugin = ep.load()
-                except Exception as exc:  # a broken plugin must not break the others
-                    self._fail(ep.name, dist, version,
-                               f"cannot import {ep.value}: {type(exc).__name__}: {exc}", exc)
-                    continue
-                self._add(plugin, ep.name, dist, version)
+
+    def _load(self) -> None:
+        if not self._load_entry_points:
+            return
+        # The core's own plugins first, so their names cannot be taken by another plugin.
+        # From a source tree without installation there are no core entry points: the
+        # built-in modules are then registered directly, still first.
+        eps = sorted(importlib_metadata.entry_points(group=self._group),
+                     key=lambda e: (_dist_name(e) != CORE_DISTRIBUTION, e.name))
+        if not any(_dist_name(ep) == CORE_DISTRIBUTION for ep in eps):
+            for name, module in BUILTIN_PLUGIN_MODULES.items():
+                self._add(importlib.import_module(module), name, CORE_DISTRIBUTION, None)
+        for ep in eps:
+            dist = _dist_name(ep)
+            version = ep.dist.version if ep.dist is not None else None
+            if dist != CORE_DISTRIBUTION and self._only is not None and (
+                ep.name not in self._only
+            ):
+                log.debug("plugin %s skipped: not in %s", ep.name, LOAD_ENV)
+                continue
+            if self._pm.has_plugin(ep.name):
+                self._fail(ep.name, dist, version,
+                           f"entry point name {ep.name!r} ({ep.value}) is already taken by "
+                           "another plugin; rename the entry point")
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken plugin must not break the others
+                self._fail(ep.name, dist, version,
+                           f"cannot import {ep.value}: {type(exc).__name__}: {exc}", exc)
+                continue
+            self._add(plugin, ep.name, dist, version)
 
     def _fail(
         self,
@@ -169,6 +215,8 @@ class PluginRegistry:
         self._failures.append(PluginFailure(plugin, dist, version, message))
 
     def _add(self, plugin: object, name: str, dist: str | None, version: str | None) -> None:
+        """Register one plugin, all or nothing: if any of its registrations is refused, none of
+        its classes stay registered and the plugin is reported as failed."""
         try:
             self._pm.register(plugin, name=name)
             self._pm.check_pending()
@@ -178,21 +226,22 @@ class PluginRegistry:
             self._fail(name, dist, version, f"invalid plugin: {exc}", exc)
             return
 
+        staged: list[tuple[dict[str, PluginInfo], PluginInfo]] = []
+        problems: list[str] = []
+
         def registrar(kind: Kind, base: type, table: dict[str, PluginInfo]) -> Callable[
             [str, type], None
         ]:
             def register(reg_name: str, cls: type) -> None:
-                if not isinstance(cls, type) or not issubclass(cls, base):
-                    self._fail(name, dist, version,
-                               f"registered {reg_name!r} as {cls!r}, not a {base.__name__}")
+                problem = _registration_problem(kind, base, table, reg_name, cls)
+                if problem is None and any(
+                    t is table and i.name == reg_name for t, i in staged
+                ):
+                    problem = f"{kind} name {reg_name!r} registered twice by this plugin"
+                if problem is not None:
+                    problems.append(problem)
                     return
-                existing = table.get(reg_name)
-                if existing is not None and existing.cls is not cls:
-                    self._fail(name, dist, version,
-                               f"{kind} name {reg_name!r} is already registered by plugin "
-                               f"{existing.plugin!r} ({existing.class_path})")
-                    return
-                table[reg_name] = PluginInfo(reg_name, kind, cls, name, dist, version)
+                staged.append((table, PluginInfo(reg_name, kind, cls, name, dist, version)))
 
             return register
 
@@ -203,11 +252,16 @@ class PluginRegistry:
                 register=registrar("rsm", RemoteStorageManager, self._storage))
             caller("tierlog_register_metadata_managers", others)(
                 register=registrar("rlmm", RemoteLogMetadataManager, self._metadata))
-        except PluginError:
-            raise
         except Exception as exc:
             self._pm.unregister(plugin)
             self._fail(name, dist, version, f"registration hook failed: {exc}", exc)
+            return
+        if problems:
+            self._pm.unregister(plugin)
+            self._fail(name, dist, version, "; ".join(problems))
+            return
+        for table, info in staged:
+            table[info.name] = info
 
     # Queries ------------------------------------------------------------------------------------
     @property
@@ -265,8 +319,11 @@ class PluginRegistry:
         module_name, _, qualname = name.partition(":")
         try:
             obj: object = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise PluginError(f"cannot import module {module_name!r} for {name!r}: {exc}") from exc
+        except Exception as exc:  # any import-time failure of user code is a plugin error
+            raise PluginError(
+                f"cannot import module {module_name!r} for {name!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         for part in qualname.split("."):
             try:
                 obj = getattr(obj, part)
@@ -274,6 +331,9 @@ class PluginRegistry:
                 raise PluginError(f"module {module_name!r} has no {qualname!r}") from None
         if not isinstance(obj, type) or not issubclass(obj, base):
             raise PluginError(f"{name!r} is not a subclass of {base.__name__}")
+        abstract = _abstract_problem(obj)
+        if abstract is not None:
+            raise PluginError(abstract)
         return obj
 
 
