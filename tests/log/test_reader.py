@@ -360,3 +360,19 @@ def test_empty_batch_payload_is_not_decoded() -> None:
     batch = bytearray(build_batch([], compression="gzip") + compress(CompressionType.LZ4, b"x"))
     struct.pack_into(">i", batch, 8, len(batch) - 12)
     assert list(iter_records(recrc(batch))) == []
+
+
+@pytest.mark.parametrize("tail", [12, 30, 100])
+def test_zero_filled_tail_is_corruption_not_legacy(tmp_path: Path, tail: int) -> None:
+    """A preallocated or torn tail of zeros has Length 0: Kafka checks the size before the magic,
+    so recovery can truncate it instead of refusing the log as legacy."""
+    from tierlog.log.batch import build_batch
+    from tierlog.log.record import Record
+    from tierlog.spi import CorruptRecordError
+
+    batch = build_batch([Record(0, 1, b"k", b"v")], base_offset=0)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(batch + bytes(tail))
+    with pytest.raises(CorruptRecordError) as info:
+        list(iter_batches(path))
+    assert info.value.position == len(batch)

@@ -255,14 +255,24 @@ def read_batch_header(
 ) -> RecordBatch:
     """Parse and sanity-check the header of the batch at ``buf[position]`` (no CRC check).
 
-    Checks, in Kafka's order: at least 17 bytes to the magic byte, magic 2 (0/1 raise
-    ``UnsupportedRecordFormatError``), the 61-byte header, ``Length`` at least 49 and the whole
-    batch within ``end`` (default ``len(buf)``). ``file_offset`` is the file position of
-    ``buf[0]``, so errors name positions in the file.
+    Checks, in Kafka's order (``FileLogInputStream``): the ``Length`` field is at least the
+    smallest legacy record (so a zero-filled tail is corruption, not a "legacy" batch), at least
+    17 bytes to the magic byte, magic 2 (0/1 raise ``UnsupportedRecordFormatError``), the 61-byte
+    header, ``Length`` at least 49 and the whole batch within ``end`` (default ``len(buf)``).
+    ``file_offset`` is the file position of ``buf[0]``, so errors name positions in the file.
     """
     limit = len(buf) if end is None else end
     at = file_offset + position
     remaining = limit - position
+    if remaining >= LOG_OVERHEAD:
+        (length,) = _INT32.unpack_from(buf, position + 8)
+        if length < LEGACY_RECORD_OVERHEAD_V0:
+            raise corrupt(
+                f"record size {length} is smaller than the minimum record overhead "
+                f"({LEGACY_RECORD_OVERHEAD_V0})",
+                at,
+                path,
+            )
     if remaining < HEADER_SIZE_UP_TO_MAGIC:
         raise corrupt(
             f"truncated record batch header ({remaining} bytes, at least "
@@ -282,6 +292,10 @@ def read_batch_header(
     header: RecordBatch = _tuple_new(RecordBatch, HEADER.unpack_from(buf, position))
     check_batch_size(header.length, remaining, at, path)
     return header
+
+
+LEGACY_RECORD_OVERHEAD_V0 = 14
+"""Kafka's ``LegacyRecord.RECORD_OVERHEAD_V0``: no record of any format is shorter."""
 
 
 def check_batch_size(length: int, remaining: int, at: int, path: str | None) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Final, TypeAlias, cast
@@ -32,6 +33,7 @@ from tierlog.log.batch import (
     ATTRIBUTES_OFFSET,
     HEADER,
     HEADER_SIZE_UP_TO_MAGIC,
+    LEGACY_RECORD_OVERHEAD_V0,
     LOG_OVERHEAD,
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
@@ -258,6 +260,8 @@ def _iterate_file(f: BinaryIO, path: str | None, scan: _Scan) -> Iterator[_Item]
                 _check_short_header(buf, off, avail, end - pos, pos=pos, path=path)
         fields = unpack_from(buf, off)
         if fields[3] != MAGIC_V2:
+            if fields[1] < LEGACY_RECORD_OVERHEAD_V0:  # e.g. a zero-filled tail: corruption
+                check_batch_size(fields[1], end - pos, pos, path)
             raise bad_magic(fields[3], pos, path)
         length = fields[1]
         if length < min_length or length > end - pos - LOG_OVERHEAD:
@@ -328,6 +332,9 @@ def _check_short_header(
         )
     magic = buf[off + 16]
     if magic != MAGIC_V2:
+        (length,) = struct.unpack_from(">i", buf, off + 8)
+        if length < LEGACY_RECORD_OVERHEAD_V0:
+            check_batch_size(length, remaining, pos, path)
         raise bad_magic(magic if magic < 128 else magic - 256, pos, path)
     raise corrupt(
         f"truncated record batch header ({avail} bytes, {RECORD_BATCH_OVERHEAD} needed)", pos, path
