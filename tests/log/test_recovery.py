@@ -153,6 +153,26 @@ def test_clean_shutdown_skips_recovery(log_dir: Path) -> None:
     assert read_offsets_checkpoint(log_dir) == OffsetsCheckpoint(30, 0, 0, False)
 
 
+@pytest.mark.parametrize("tail", [bytes(100), b"\x00" * 11 + b"\x7f" + bytes(60)])
+def test_damage_after_a_clean_shutdown_is_recovered_not_refused(
+    log_dir: Path, tail: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The clean-shutdown mark skips recovery, but the active segment was damaged since: the
+    log still opens, keeps every record, and drops only the damage."""
+    log = open_log(log_dir)
+    fill(log, 30)
+    records = all_records(log)
+    log.close()
+    with open(active_log_path(log_dir), "ab") as f:
+        f.write(tail)
+    with caplog.at_level(logging.WARNING):
+        reopened = open_log(log_dir)
+    assert all_records(reopened) == records
+    assert reopened.log_end_offset == 30
+    assert reopened.recovery_report.truncated_bytes == len(tail)
+    assert "damaged although the last shutdown was clean" in caplog.text
+
+
 def test_without_any_checkpoint_everything_is_recovered(log_dir: Path) -> None:
     # What a directory copied from a broker looks like to tierlog (no tierlog checkpoint).
     records = crashed(log_dir)
@@ -465,3 +485,18 @@ def test_repeated_crashes_lose_nothing(log_dir: Path) -> None:
     final = open_log(log_dir)
     assert all_records(final) == expected
     assert [e.epoch for e in final.leader_epoch_cache.epoch_entries()] == [0, 1, 2, 3, 4]
+
+
+def test_an_impossible_base_offset_names_file_and_position(log_dir: Path) -> None:
+    """A flipped bit in a BaseOffset (outside the CRC) cannot be indexed: the error says where."""
+    from tierlog.log.segment import LogSegmentOffsetOverflowError
+
+    crashed(log_dir)
+    path = active_log_path(log_dir)
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0x01  # the first batch's BaseOffset jumps by 2^56
+    path.write_bytes(bytes(data))
+    with pytest.raises(LogSegmentOffsetOverflowError) as info:
+        open_log(log_dir)
+    assert info.value.position == 0
+    assert f"position 0 of {path}" in str(info.value)

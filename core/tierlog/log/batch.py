@@ -273,6 +273,12 @@ def read_batch_header(
                 at,
                 path,
             )
+        if (
+            length > remaining - LOG_OVERHEAD
+            and remaining >= HEADER_SIZE_UP_TO_MAGIC
+            and buf[position + 16] != MAGIC_V2
+        ):
+            check_batch_size(length, remaining, at, path)  # a torn tail, not a legacy batch
     if remaining < HEADER_SIZE_UP_TO_MAGIC:
         raise corrupt(
             f"truncated record batch header ({remaining} bytes, at least "

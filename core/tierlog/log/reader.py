@@ -260,7 +260,8 @@ def _iterate_file(f: BinaryIO, path: str | None, scan: _Scan) -> Iterator[_Item]
                 _check_short_header(buf, off, avail, end - pos, pos=pos, path=path)
         fields = unpack_from(buf, off)
         if fields[3] != MAGIC_V2:
-            if fields[1] < LEGACY_RECORD_OVERHEAD_V0:  # e.g. a zero-filled tail: corruption
+            # Kafka checks the size before the magic: a zero-filled or torn tail is corruption.
+            if not LEGACY_RECORD_OVERHEAD_V0 <= fields[1] <= end - pos - LOG_OVERHEAD:
                 check_batch_size(fields[1], end - pos, pos, path)
             raise bad_magic(fields[3], pos, path)
         length = fields[1]
@@ -333,7 +334,7 @@ def _check_short_header(
     magic = buf[off + 16]
     if magic != MAGIC_V2:
         (length,) = struct.unpack_from(">i", buf, off + 8)
-        if length < LEGACY_RECORD_OVERHEAD_V0:
+        if not LEGACY_RECORD_OVERHEAD_V0 <= length <= remaining - LOG_OVERHEAD:
             check_batch_size(length, remaining, pos, path)
         raise bad_magic(magic if magic < 128 else magic - 256, pos, path)
     raise corrupt(

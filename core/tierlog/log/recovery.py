@@ -533,7 +533,23 @@ class LogLoader:
 
         log_end: int | None = None
         if self._segments:
-            end = self._segments.active_segment.read_next_offset()
+            active = self._segments.active_segment
+            try:
+                end = active.read_next_offset()
+            except CorruptRecordError as exc:
+                # Only possible after a "clean" shutdown (otherwise the active segment was just
+                # recovered): the marker lied or the file was damaged since. Kafka's
+                # readNextOffset would stop at the damage; recovering the segment does that and
+                # also truncates the damage away, keeping everything before it.
+                _LOG.warning(
+                    "The active segment %d is damaged although the last shutdown was clean "
+                    "(%s); recovering it",
+                    active.base_offset,
+                    exc,
+                )
+                self._had_clean_shutdown = False
+                self._recover_segment(active)
+                end = active.read_next_offset()
             if end >= self._log_start_checkpoint:
                 log_end = end
             else:

@@ -174,13 +174,16 @@ class LogSegmentOffsetOverflowError(IndexOffsetOverflowError):
     """An offset cannot be stored relative to the segment's base (Kafka's
     ``LogSegmentOffsetOverflowException``): the segment must be rolled (or split) first."""
 
-    def __init__(self, segment: LogSegment, offset: int) -> None:
+    def __init__(self, segment: LogSegment, offset: int, position: int | None = None) -> None:
+        where = f" (batch at position {position} of {segment.log_path})" if position is not None \
+            else f" ({segment.log_path})"
         super().__init__(
-            f"Detected offset overflow at offset {offset} in segment {segment!r}: an offset more "
-            "than 2^31-1 above the base offset cannot be indexed"
+            f"Detected offset overflow at offset {offset} in segment {segment!r}{where}: an offset "
+            f"more than 2^31-1 above the base offset {segment.base_offset} cannot be indexed"
         )
         self.segment = segment
         self.offset = offset
+        self.position = position
 
 
 def batch_spans(data: bytes | bytearray | memoryview, limit: int | None = None) -> int:
@@ -690,7 +693,7 @@ class LogSegment:
                 for pos, header in iter_batches(self._log_path, verify_crc=True, end=self._size):
                     size = LOG_OVERHEAD + header.length
                     if not oi.can_append_offset(header.last_offset):
-                        raise LogSegmentOffsetOverflowError(self, header.last_offset)
+                        raise LogSegmentOffsetOverflowError(self, header.last_offset, pos)
                     marker = None
                     if header.is_control and header.has_producer_id:
                         data = self.read_bytes(pos, size)
