@@ -39,6 +39,11 @@ def test_uuid_text_form_matches_kafka() -> None:
     assert str(topic_id) == "Bp9TDduJRGa9Q5rlvCJOxg"
 
 
+def test_uuid_accepts_the_padded_form_like_kafka() -> None:
+    padded = Uuid.from_string("Bp9TDduJRGa9Q5rlvCJOxg==")
+    assert padded == Uuid.from_string("Bp9TDduJRGa9Q5rlvCJOxg")
+
+
 def test_uuid_signed_halves_like_java_longs() -> None:
     u = Uuid.from_bytes(bytes.fromhex("ffffffffffffffff8000000000000000"))
     assert u.most_significant_bits == -1

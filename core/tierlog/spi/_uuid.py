@@ -54,7 +54,10 @@ class Uuid:
 
     @classmethod
     def from_string(cls, text: str) -> Uuid:
-        """Parse Kafka's text form: 22 characters of base64url without padding."""
+        """Parse Kafka's text form: 22 characters of base64url (Kafka also accepts the padded
+        24-character form, so do we)."""
+        if len(text) == 24 and text.endswith("=="):
+            text = text[:22]
         if len(text) != 22:
             raise InvalidArgumentError(
                 f"invalid Uuid {text!r}: expected 22 base64url characters, got {len(text)}"
