@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
 
+from tierlog._durable import atomic_write
 from tierlog.spi import ZERO_UUID, CorruptRecordError, InvalidArgumentError, Uuid
 
 __all__ = [
@@ -101,42 +102,6 @@ class EpochEntry(NamedTuple):
 
 
 # Shared helpers --------------------------------------------------------------------------------
-def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old content or the new one.
-
-    Kafka's recipe (``CheckpointFile.write`` + ``Utils.atomicMoveWithFallback``): write
-    ``<path>.tmp``, flush and ``fsync`` it, rename it over ``path``, ``fsync`` the directory.
-    With ``sync=False`` the two ``fsync`` calls are skipped (Kafka's unsynced snapshot writes).
-    """
-    target = Path(path)
-    temp = target.with_name(target.name + ".tmp")
-    try:
-        with open(temp, "wb") as out:
-            out.write(data)
-            out.flush()
-            if sync:
-                os.fsync(out.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    if sync:
-        _fsync_dir(target.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - a directory that cannot be opened cannot be synced
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - some file systems refuse fsync on directories
-        pass
-    finally:
-        os.close(fd)
-
-
 def _java_split(pattern: re.Pattern[str], text: str) -> list[str]:
     """Java's ``Pattern.split(text)``: trailing empty strings are dropped, a leading one kept."""
     if text == "":

@@ -41,7 +41,6 @@ part 1) and splitting of overflowed legacy segments are not implemented.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import os
@@ -54,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from tierlog._durable import fsync_directory
 from tierlog.log.batch import (
     LOG_OVERHEAD,
     RecordBatch,
@@ -1065,7 +1065,7 @@ class LocalLog:
         for segment in to_flush:
             segment.flush()
         if any(s.base_offset >= self._recovery_point for s in to_flush):
-            _fsync_dir(self._dir)
+            fsync_directory(self._dir)
         self._recovery_point = offset
         self._write_checkpoint()
 
@@ -1674,10 +1674,3 @@ class _Duplicate:
     timestamp: int
 
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

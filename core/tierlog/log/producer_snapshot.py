@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tierlog.log.checkpoint import atomic_write
+from tierlog._durable import atomic_write
 from tierlog.log.crc import crc32c
 from tierlog.spi import CorruptRecordError, InvalidArgumentError
 

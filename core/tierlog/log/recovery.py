@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, NamedTuple
 
+from tierlog._durable import atomic_write
 from tierlog.log.batch import LOG_OVERHEAD
-from tierlog.log.checkpoint import atomic_write
 from tierlog.log.files import (
     CLEANED_FILE_SUFFIX,
     DELETE_DIR_SUFFIX,

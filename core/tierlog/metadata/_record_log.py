@@ -52,6 +52,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
+from tierlog._durable import fsync_directory
 from tierlog.spi import CorruptRecordError, IllegalStateError, InvalidArgumentError
 
 log = logging.getLogger(__name__)
@@ -65,18 +66,6 @@ MAX_PAYLOAD_BYTES: Final = 64 * 1024 * 1024
 _READ_CHUNK: Final = 1 << 20
 _INDEX_INTERVAL: Final = 1024
 """Keep the position of every 1024th entry so ``read(from_offset)`` seeks close to its start."""
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a new directory entry durable (POSIX needs an fsync of the directory itself)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms that cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def frame(payload: bytes) -> bytes:
@@ -143,7 +132,7 @@ class RecordLog:
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if created:
-                _fsync_directory(self._path.parent)
+                fsync_directory(self._path.parent)
             self._size, self._count, self._index = self._recover()
         except BaseException:
             os.close(self._fd)

@@ -63,6 +63,7 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Final
 
+from tierlog._durable import atomic_write
 from tierlog.metadata import serde
 from tierlog.metadata._record_log import RecordLog
 from tierlog.metadata.partitioner import metadata_partition
@@ -139,14 +140,6 @@ _IGNORED_PREFIXES: Final = (
 
 def _record_log_name(partition: int) -> str:
     return f"{METADATA_DIR_NAME}-{partition}.log"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _completed() -> Future[None]:
@@ -286,16 +279,13 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     f"{PROPERTIES_FILE}, so its metadata partition count is unknown; restore "
                     "the file or use an empty directory"
                 )
-            tmp = properties.with_suffix(".tmp")
-            tmp.write_text(
-                "# tierlog embedded RemoteLogMetadataManager: do not edit\n"
-                f"version={LAYOUT_VERSION}\n{NUM_PARTITIONS_CONFIG}={num_partitions}\n",
-                encoding="utf-8",
+            atomic_write(
+                properties,
+                (
+                    "# tierlog embedded RemoteLogMetadataManager: do not edit\n"
+                    f"version={LAYOUT_VERSION}\n{NUM_PARTITIONS_CONFIG}={num_partitions}\n"
+                ).encode(),
             )
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, properties)
-            _fsync_dir(directory)
             return
         values: dict[str, str] = {}
         for line in properties.read_text(encoding="utf-8").splitlines():

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final, NoReturn
 
+from tierlog._durable import fsync_directory
 from tierlog.spi import (
     ConfigError,
     CustomMetadata,
@@ -143,20 +144,6 @@ def _name_max(directory: Path) -> int:
         return int(os.pathconf(directory, "PC_NAME_MAX"))
     except (OSError, ValueError, AttributeError):
         return _DEFAULT_NAME_MAX
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make renames and unlinks in ``directory`` durable (POSIX needs the directory flushed)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # pragma: no cover - platforms that cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - some file systems refuse fsync on directories
-        pass
-    finally:
-        os.close(fd)
 
 
 def _copy_fd(src: int, dst: int) -> None:
@@ -321,7 +308,7 @@ class LocalTieredStorage(RemoteStorageManager):
                 existed = root.is_dir()
                 root.mkdir(parents=True, exist_ok=True)
                 if not existed:
-                    _fsync_dir(root.parent)
+                    fsync_directory(root.parent)
                 real_root = os.path.realpath(root)
             except OSError as exc:
                 raise RemoteStorageException(
@@ -473,12 +460,12 @@ class LocalTieredStorage(RemoteStorageManager):
             created = not fileset.directory.is_dir()
             fileset.directory.mkdir(exist_ok=True)
             if created:
-                _fsync_dir(fileset.directory.parent)
+                fsync_directory(fileset.directory.parent)
             for suffix, source in sources:
                 self._write_atomically(fileset.path(suffix), source)
             if log_segment_data.transaction_index is None:
                 fileset.path(TXN_INDEX_SUFFIX).unlink(missing_ok=True)
-            _fsync_dir(fileset.directory)
+            fsync_directory(fileset.directory)
         except BaseException as exc:
             self._remove_quietly(fileset)
             if isinstance(exc, OSError):
@@ -595,7 +582,7 @@ class LocalTieredStorage(RemoteStorageManager):
         try:
             removed = self._remove(fileset)
             if removed:
-                _fsync_dir(fileset.directory)
+                fsync_directory(fileset.directory)
         except OSError as exc:
             self._raise_storage_error("delete", metadata.remote_log_segment_id, exc)
         log.info("deleted %s (%d files)", metadata.remote_log_segment_id, removed)
@@ -614,7 +601,7 @@ class LocalTieredStorage(RemoteStorageManager):
             return
         except OSError as exc:
             raise self._storage_error(f"delete of partition {topic_id_partition}", exc) from exc
-        _fsync_dir(directory.parent)
+        fsync_directory(directory.parent)
         log.info("deleted partition %s", topic_id_partition)
 
     @staticmethod
