@@ -4,15 +4,23 @@
 a properties file, or Python values) and ``LogConfig(...)`` takes the same settings as snake_case
 fields; both validate, and every failure is a ``ConfigError`` whose message names the key, in
 Kafka's words ("Invalid value X for configuration K: ..."), so a user sees which line of the
-properties file to fix.
+properties file to fix. Value errors are ``tierlog.properties.ConfigValueError``, whose ``key``
+attribute holds the key.
 
 Defaults and lower bounds are those of Kafka's ``LogConfig`` (``storage/.../log/LogConfig.java``)
 and ``ServerLogConfigs``. The checks Kafka makes when a topic has ``remote.storage.enable=true``
 (``validateTopicLogConfigValues``) are made here when it is set: ``cleanup.policy`` must be
 ``delete``, ``local.retention.bytes``/``local.retention.ms`` must not be ``-1`` when the total
-retention is bounded, nor larger than it, and with ``remote.log.copy.disable`` the local and
-total retentions must match. Kafka does not check local against total retention when remote
-storage is off (local retention is not used then), and neither does this.
+retention is bounded, nor larger than it, a positive ``remote.copy.lag.bytes``/``.ms``
+(KIP-1241) must not exceed the effective local retention when that is bounded, and with
+``remote.log.copy.disable`` the local and total retentions must match. Kafka does not check local
+retention or copy lag when remote storage is off (neither is used then), and neither does this.
+``with_overrides`` (a dynamic update) refuses to turn remote storage off unless
+``remote.log.delete.on.disable`` is set, as Kafka does.
+
+``LogConfig.from_broker_defaults(broker_props, topic_overrides)`` derives a topic's
+configuration the way a broker does: the ``log.*`` broker defaults (Kafka's
+``ServerTopicConfigSynonyms``, ``BROKER_SYNONYMS`` here) under the topic's own overrides.
 
 Deliberate differences, each for a stated reason:
 
@@ -34,13 +42,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+from tierlog.properties import (
+    ConfigValueError,
+    parse_bool,
+    parse_int,
+    parse_list,
+    parse_long,
+    parse_string,
+)
 from tierlog.spi import ConfigError
 
 __all__ = [
+    "BROKER_KEYS",
+    "BROKER_SYNONYMS",
     "DEFAULT_LOCAL_RETENTION_BYTES",
     "DEFAULT_LOCAL_RETENTION_MS",
     "INTERNAL_TOPICS",
     "KEYS",
+    "REMOTE_COPY_LAG_FROM_LOCAL_RETENTION",
     "LogConfig",
 ]
 
@@ -54,6 +73,8 @@ DEFAULT_LOCAL_RETENTION_MS: Final = -2
 """``local.retention.ms`` default: take the value of ``retention.ms``."""
 DEFAULT_LOCAL_RETENTION_BYTES: Final = -2
 """``local.retention.bytes`` default: take the value of ``retention.bytes``."""
+REMOTE_COPY_LAG_FROM_LOCAL_RETENTION: Final = -1
+"""``remote.copy.lag.ms``/``.bytes`` value meaning "the effective ``local.retention.*``"."""
 
 INTERNAL_TOPICS: Final = frozenset(
     {"__consumer_offsets", "__transaction_state", "__remote_log_metadata", "__cluster_metadata"}
@@ -79,9 +100,6 @@ _IGNORED_KEYS: Final = frozenset(
         "min.compaction.lag.ms",
         "min.insync.replicas",
         "preallocate",
-        "remote.log.delete.on.disable",
-        "remote.copy.lag.ms",
-        "remote.copy.lag.bytes",
         "unclean.leader.election.enable",
         "errors.deadletterqueue.group.enable",
     }
@@ -108,6 +126,9 @@ _KEYS: Final = (
     _Key("local.retention.bytes", "local_retention_bytes", "long"),
     _Key("remote.storage.enable", "remote_storage_enable", "bool"),
     _Key("remote.log.copy.disable", "remote_log_copy_disable", "bool"),
+    _Key("remote.copy.lag.ms", "remote_copy_lag_ms", "long"),
+    _Key("remote.copy.lag.bytes", "remote_copy_lag_bytes", "long"),
+    _Key("remote.log.delete.on.disable", "remote_log_delete_on_disable", "bool"),
     _Key("message.timestamp.type", "message_timestamp_type", "str"),
     _Key("message.timestamp.before.max.ms", "message_timestamp_before_max_ms", "long"),
     _Key("message.timestamp.after.max.ms", "message_timestamp_after_max_ms", "long"),
@@ -121,45 +142,158 @@ _BY_NAME: Final = {k.name: k for k in _KEYS}
 _BY_ATTR: Final = {k.attr: k for k in _KEYS}
 
 
-def _invalid(key: str, value: object, why: str) -> ConfigError:
-    return ConfigError(f"Invalid value {value!r} for configuration {key}: {why}")
+def _invalid(key: str, value: object, why: str) -> ConfigValueError:
+    return ConfigValueError(key, value, why)
 
 
 def _parse(key: _Key, raw: object) -> Any:
-    """Kafka's ``ConfigDef.parseType`` for the few types used here."""
-    if key.kind in ("int", "long", "optint"):
-        if key.kind == "optint" and raw is None:
-            return None
-        if isinstance(raw, bool):
-            raise _invalid(key.name, raw, "expected a number, got a boolean")
-        if isinstance(raw, int):
-            value = raw
-        elif isinstance(raw, str):
-            try:
-                value = int(raw.strip(), 10)
-            except ValueError:
-                raise _invalid(key.name, raw, "not a number") from None
-        else:
-            raise _invalid(key.name, raw, "expected a number")
-        lo, hi = (_LONG_MIN, _LONG_MAX) if key.kind == "long" else (-(1 << 31), _INT_MAX)
-        if not lo <= value <= hi:
-            raise _invalid(key.name, raw, f"out of range for a {key.kind.removeprefix('opt')}")
-        return value
+    """Kafka's ``ConfigDef.parseType`` for the types used here (``tierlog.properties``)."""
+    if key.kind == "optint":
+        return None if raw is None else parse_int(key.name, raw)
+    if key.kind == "int":
+        return parse_int(key.name, raw)
+    if key.kind == "long":
+        return parse_long(key.name, raw)
     if key.kind == "bool":
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
-            return raw.strip().lower() == "true"
-        raise _invalid(key.name, raw, "expected true or false")
+        return parse_bool(key.name, raw)
     if key.kind == "list":
-        if isinstance(raw, str):
-            return tuple(part.strip() for part in raw.split(",") if part.strip())
-        if isinstance(raw, list | tuple) and all(isinstance(p, str) for p in raw):
-            return tuple(p.strip() for p in raw)
-        raise _invalid(key.name, raw, "expected a comma-separated list")
-    if not isinstance(raw, str):
-        raise _invalid(key.name, raw, "expected a string")
-    return raw.strip()
+        return tuple(p for p in parse_list(key.name, raw) if p)
+    return parse_string(key.name, raw)
+
+
+_HOUR_MS: Final = 3600 * 1000
+_MINUTE_MS: Final = 60 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class _Synonym:
+    """A broker key that sets a topic key's default: its Kafka type, and a factor to
+    milliseconds for ``*.hours``/``*.minutes``. ``kind=None``: a key this log does not use,
+    passed through unparsed."""
+
+    name: str
+    kind: str | None
+    to_ms: int = 1
+
+    def parse(self, raw: object) -> object:
+        if self.kind is None:
+            return raw
+        value = _parse(_Key(self.name, "", self.kind), raw)
+        return value * self.to_ms if self.to_ms != 1 else value
+
+
+def _same(
+    topic_key: str, kind: str | None, *, prefix: str = "log."
+) -> tuple[str, tuple[_Synonym, ...]]:
+    return topic_key, (_Synonym(prefix + topic_key, kind),)
+
+
+# Kafka's ServerTopicConfigSynonyms.ALL_TOPIC_CONFIG_SYNONYMS, in its order of precedence.
+_SYNONYMS: Final[Mapping[str, tuple[_Synonym, ...]]] = dict(
+    [
+        _same("segment.bytes", "int"),
+        (
+            "segment.ms",
+            (_Synonym("log.roll.ms", "long"), _Synonym("log.roll.hours", "int", _HOUR_MS)),
+        ),
+        (
+            "segment.jitter.ms",
+            (
+                _Synonym("log.roll.jitter.ms", "long"),
+                _Synonym("log.roll.jitter.hours", "int", _HOUR_MS),
+            ),
+        ),
+        ("segment.index.bytes", (_Synonym("log.index.size.max.bytes", "int"),)),
+        ("flush.messages", (_Synonym("log.flush.interval.messages", "long"),)),
+        (
+            "flush.ms",
+            (
+                _Synonym("log.flush.interval.ms", None),
+                _Synonym("log.flush.scheduler.interval.ms", None),
+            ),
+        ),
+        _same("retention.bytes", "long"),
+        (
+            "retention.ms",
+            (
+                _Synonym("log.retention.ms", "long"),
+                _Synonym("log.retention.minutes", "int", _MINUTE_MS),
+                _Synonym("log.retention.hours", "int", _HOUR_MS),
+            ),
+        ),
+        ("max.message.bytes", (_Synonym("message.max.bytes", "int"),)),
+        _same("index.interval.bytes", "int"),
+        _same("delete.retention.ms", None, prefix="log.cleaner."),
+        _same("min.compaction.lag.ms", None, prefix="log.cleaner."),
+        _same("max.compaction.lag.ms", None, prefix="log.cleaner."),
+        ("file.delete.delay.ms", (_Synonym("log.segment.delete.delay.ms", None),)),
+        ("min.cleanable.dirty.ratio", (_Synonym("log.cleaner.min.cleanable.ratio", None),)),
+        _same("cleanup.policy", "list"),
+        _same("unclean.leader.election.enable", None, prefix=""),
+        _same("min.insync.replicas", None, prefix=""),
+        _same("compression.type", None, prefix=""),
+        _same("compression.gzip.level", None, prefix=""),
+        _same("compression.lz4.level", None, prefix=""),
+        _same("compression.zstd.level", None, prefix=""),
+        _same("preallocate", None),
+        _same("message.timestamp.type", "str"),
+        _same("message.timestamp.before.max.ms", "long"),
+        _same("message.timestamp.after.max.ms", "long"),
+        _same("local.retention.ms", "long"),
+        _same("local.retention.bytes", "long"),
+        _same("remote.copy.lag.ms", "long"),
+        _same("remote.copy.lag.bytes", "long"),
+    ]
+)
+BROKER_SYNONYMS: Final[Mapping[str, tuple[str, ...]]] = {
+    topic: tuple(s.name for s in synonyms) for topic, synonyms in _SYNONYMS.items()
+}
+"""Topic key -> the broker keys that set its default, first one present wins (Kafka's
+``ServerTopicConfigSynonyms``)."""
+BROKER_KEYS: Final = frozenset(name for names in BROKER_SYNONYMS.values() for name in names)
+"""Every broker key ``LogConfig.from_broker_defaults`` reads as a topic default (it also reads
+``remote.log.storage.system.enable``, which belongs to ``tierlog.rlm.config``)."""
+
+
+def _broker_retention_ms(key: str, raw: object, millis: object) -> int:
+    """``AbstractKafkaConfig.logRetentionTimeMillis`` and ``KafkaConfig``'s check of it:
+    negative is unlimited (-1), zero is refused."""
+    assert isinstance(millis, int)
+    if millis < 0:
+        return -1
+    if millis == 0:
+        raise _invalid(key, raw, "Value must be unlimited (-1) or at least 1 millisecond")
+    return millis
+
+
+def _check_local_retention(local_key: str, local: int, total_key: str, total: int) -> None:
+    """Kafka's ``validateRemoteStorageRetentionSize/Time``: a set local retention must be
+    bounded when the total one is, and not larger than it.
+
+    Time and size differ in Kafka only by what "unbounded total" means: ``retention.ms`` is
+    unbounded at -1 only, ``retention.bytes`` at any negative value.
+    """
+    bounded = total != -1 if total_key.endswith(".ms") else total > -1
+    if not bounded or local == DEFAULT_LOCAL_RETENTION_MS:
+        return
+    if local == -1:
+        raise _invalid(
+            local_key, local, f"Value must not be -1 as {total_key} value is set as {total}."
+        )
+    if local > total:
+        raise _invalid(
+            local_key, local, f"Value must not be more than {total_key} property value: {total}"
+        )
+
+
+def _check_copy_lag(lag_key: str, lag: int, local_key: str, effective_local: int) -> None:
+    """Kafka's ``validateRemoteCopyLagTime/Size`` (KIP-1241): a positive copy lag must not
+    exceed a bounded effective local retention, or a segment could be deleted locally before it
+    is old enough to be copied."""
+    if lag > 0 and effective_local >= 0 and lag > effective_local:
+        raise _invalid(
+            lag_key, lag, f"Value must not exceed {local_key} (effective value: {effective_local})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +324,15 @@ class LogConfig:
     """``remote.storage.enable``: the topic's segments are copied to remote storage."""
     remote_log_copy_disable: bool = False
     """``remote.log.copy.disable``: tiered, but no more copies (local retention is total)."""
+    remote_copy_lag_ms: int = 0
+    """``remote.copy.lag.ms`` (KIP-1241): a sealed segment is copied once its newest record is
+    this old; 0 copies at once, -1 means the effective ``local.retention.ms``."""
+    remote_copy_lag_bytes: int = REMOTE_COPY_LAG_FROM_LOCAL_RETENTION
+    """``remote.copy.lag.bytes`` (KIP-1241): ... or once this many bytes follow it locally; 0
+    copies at once, -1 (the default) means the effective ``local.retention.bytes``."""
+    remote_log_delete_on_disable: bool = False
+    """``remote.log.delete.on.disable``: turning ``remote.storage.enable`` off deletes the
+    remote data; Kafka refuses to turn it off without this."""
     message_timestamp_type: str = "CreateTime"
     """``message.timestamp.type``: ``CreateTime`` or ``LogAppendTime``."""
     message_timestamp_before_max_ms: int = _LONG_MAX
@@ -217,6 +360,8 @@ class LogConfig:
         self._at_least("retention.ms", self.retention_ms, -1)
         self._at_least("local.retention.ms", self.local_retention_ms, -2)
         self._at_least("local.retention.bytes", self.local_retention_bytes, -2)
+        self._at_least("remote.copy.lag.ms", self.remote_copy_lag_ms, -1)
+        self._at_least("remote.copy.lag.bytes", self.remote_copy_lag_bytes, -1)
         self._at_least("message.timestamp.before.max.ms", self.message_timestamp_before_max_ms, 0)
         self._at_least("message.timestamp.after.max.ms", self.message_timestamp_after_max_ms, 0)
         self._at_least("max.message.bytes", self.max_message_bytes, 0)
@@ -266,34 +411,27 @@ class LogConfig:
                 "Remote log storage only supports topics with cleanup.policy=delete or "
                 "cleanup.policy being an empty list.",
             )
-        if self.retention_bytes > -1 and self.local_retention_bytes != -2:
-            if self.local_retention_bytes == -1:
-                raise _invalid(
-                    "local.retention.bytes",
-                    self.local_retention_bytes,
-                    f"Value must not be -1 as retention.bytes value is set as "
-                    f"{self.retention_bytes}.",
-                )
-            if self.local_retention_bytes > self.retention_bytes:
-                raise _invalid(
-                    "local.retention.bytes",
-                    self.local_retention_bytes,
-                    f"Value must not be more than retention.bytes property value: "
-                    f"{self.retention_bytes}",
-                )
-        if self.retention_ms != -1 and self.local_retention_ms != -2:
-            if self.local_retention_ms == -1:
-                raise _invalid(
-                    "local.retention.ms",
-                    self.local_retention_ms,
-                    f"Value must not be -1 as retention.ms value is set as {self.retention_ms}.",
-                )
-            if self.local_retention_ms > self.retention_ms:
-                raise _invalid(
-                    "local.retention.ms",
-                    self.local_retention_ms,
-                    f"Value must not be more than retention.ms property value: {self.retention_ms}",
-                )
+        _check_local_retention(
+            "local.retention.bytes",
+            self.local_retention_bytes,
+            "retention.bytes",
+            self.retention_bytes,
+        )
+        _check_local_retention(
+            "local.retention.ms", self.local_retention_ms, "retention.ms", self.retention_ms
+        )
+        _check_copy_lag(
+            "remote.copy.lag.bytes",
+            self.remote_copy_lag_bytes,
+            "local.retention.bytes",
+            self.effective_local_retention_bytes,
+        )
+        _check_copy_lag(
+            "remote.copy.lag.ms",
+            self.remote_copy_lag_ms,
+            "local.retention.ms",
+            self.effective_local_retention_ms,
+        )
         if self.remote_log_copy_disable:
             if self.local_retention_bytes not in (-2, self.retention_bytes):
                 raise _invalid(
@@ -335,11 +473,116 @@ class LogConfig:
                 raise ConfigError(f"Unknown topic config name: {name}")
         return cls(**kwargs, ignored=ignored)
 
+    @classmethod
+    def from_broker_defaults(
+        cls,
+        broker_props: Mapping[str, object],
+        topic_overrides: Mapping[str, object] | None = None,
+    ) -> LogConfig:
+        """A topic's configuration: the broker's ``log.*`` defaults under the topic's overrides.
+
+        Kafka's ``KafkaConfig.extractLogConfigMap`` then ``LogConfig.fromProps(defaults,
+        overrides)``: each topic key takes the first broker synonym present in
+        ``broker_props`` (``BROKER_SYNONYMS``, e.g. ``log.retention.ms`` over
+        ``log.retention.minutes`` over ``log.retention.hours``, converted to milliseconds),
+        else Kafka's default, and a key in ``topic_overrides`` wins over both. Keys of
+        ``broker_props`` that are not broker log defaults are not looked at (the node reports
+        unknown keys, see ``BROKER_KEYS``); unknown keys in ``topic_overrides`` are errors.
+
+        Validation is Kafka's at each level. A bad broker value is a ``ConfigValueError``
+        naming the broker key the user wrote; a negative total retention time means unlimited
+        (-1) and 0 is refused, as ``KafkaConfig`` does. With
+        ``remote.log.storage.system.enable=true`` the broker defaults must also pass the checks
+        Kafka makes on them (``log.local.retention.*`` against ``log.retention.*``,
+        ``log.remote.copy.lag.*`` against the effective local retention); without it, a topic
+        may not set ``remote.storage.enable=true``.
+        """
+        system_key = "remote.log.storage.system.enable"
+        system_enabled = parse_bool(system_key, broker_props.get(system_key, False))
+        defaults: dict[str, object] = {}
+        origin: dict[str, tuple[str, object]] = {}
+        for topic_key, synonyms in _SYNONYMS.items():
+            for synonym in synonyms:
+                if synonym.name not in broker_props:
+                    continue
+                raw = broker_props[synonym.name]
+                value = synonym.parse(raw)  # every synonym given is checked, as Kafka parses all
+                if topic_key in origin:
+                    continue
+                if topic_key == "retention.ms":
+                    value = _broker_retention_ms(synonym.name, raw, value)
+                defaults[topic_key] = value
+                origin[topic_key] = (synonym.name, raw)
+        try:
+            base = cls.from_props(defaults)
+        except ConfigValueError as exc:
+            if exc.key not in origin:
+                raise
+            broker_key, raw = origin[exc.key]
+            raise ConfigValueError(
+                broker_key, raw, f"{exc.reason} (the broker default of topic config {exc.key})"
+            ) from None
+        if system_enabled:
+            _check_local_retention(
+                "log.local.retention.bytes",
+                base.local_retention_bytes,
+                "log.retention.bytes",
+                base.retention_bytes,
+            )
+            _check_local_retention(
+                "log.local.retention.ms",
+                base.local_retention_ms,
+                "log.retention.ms",
+                base.retention_ms,
+            )
+            _check_copy_lag(
+                "log.remote.copy.lag.bytes",
+                base.remote_copy_lag_bytes,
+                "log.local.retention.bytes",
+                base.effective_local_retention_bytes,
+            )
+            _check_copy_lag(
+                "log.remote.copy.lag.ms",
+                base.remote_copy_lag_ms,
+                "log.local.retention.ms",
+                base.effective_local_retention_ms,
+            )
+        if not topic_overrides:
+            return base
+        config = cls.from_props({**defaults, **topic_overrides})
+        if config.remote_storage_enable and not system_enabled:
+            raise _invalid(
+                "remote.storage.enable",
+                topic_overrides.get("remote.storage.enable"),
+                f"Tiered Storage functionality is disabled in the broker ({system_key} is "
+                "false). Topic cannot be configured with remote log storage.",
+            )
+        return config
+
     def with_overrides(self, props: Mapping[str, object]) -> LogConfig:
-        """A copy with some Kafka keys changed (Kafka's dynamic topic config update)."""
+        """A copy with some Kafka keys changed (Kafka's dynamic topic config update).
+
+        As in Kafka, remote storage may only be turned off together with
+        ``remote.log.delete.on.disable=true``: turning it off otherwise would leave remote data
+        that nothing tracks or deletes any more.
+        """
         merged: dict[str, object] = self.to_props()
         merged.update(props)
-        return LogConfig.from_props(merged)
+        new = LogConfig.from_props(merged)
+        if (
+            self.remote_storage_enable
+            and not new.remote_storage_enable
+            and not new.remote_log_delete_on_disable
+        ):
+            raise _invalid(
+                "remote.storage.enable",
+                props.get("remote.storage.enable", False),
+                "It is invalid to disable remote storage without deleting remote data. To keep "
+                "the remote data read-only, set remote.storage.enable=true and "
+                "remote.log.copy.disable=true; to disable remote storage and delete all remote "
+                "data, set remote.storage.enable=false and remote.log.delete.on.disable=true.",
+            )
+        return new
 
     def to_props(self) -> dict[str, object]:
         """Every setting under its Kafka key (``internal.segment.bytes`` only when set)."""
@@ -406,6 +649,25 @@ class LogConfig:
         if self.local_retention_bytes == DEFAULT_LOCAL_RETENTION_BYTES:
             return self.retention_bytes
         return self.local_retention_bytes
+
+    def effective_remote_copy_lag_ms(self) -> int:
+        """Kafka's ``remoteCopyLagMs()``: ``remote.copy.lag.ms``, with -1 replaced by
+        ``effective_local_retention_ms``.
+
+        The result may itself be -1 (unlimited local retention): the copy task then applies no
+        time check. 0 means "copy at once"; a positive value is the age the newest record of a
+        sealed segment must reach before the segment is copied.
+        """
+        if self.remote_copy_lag_ms == REMOTE_COPY_LAG_FROM_LOCAL_RETENTION:
+            return self.effective_local_retention_ms
+        return self.remote_copy_lag_ms
+
+    def effective_remote_copy_lag_bytes(self) -> int:
+        """Kafka's ``remoteCopyLagBytes()``: ``remote.copy.lag.bytes``, with -1 replaced by
+        ``effective_local_retention_bytes`` (itself -1, no size check, by default)."""
+        if self.remote_copy_lag_bytes == REMOTE_COPY_LAG_FROM_LOCAL_RETENTION:
+            return self.effective_local_retention_bytes
+        return self.remote_copy_lag_bytes
 
     def random_segment_jitter(self, rng: random.Random | None = None) -> int:
         """Kafka's ``randomSegmentJitter``: a value in ``[0, min(jitter, segment.ms))``.
