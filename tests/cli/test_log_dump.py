@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from tierlog.log.batch import (
     build_batch,
     build_control_batch,
     set_base_offset,
+    set_max_timestamp,
 )
 from tierlog.log.checkpoint import write_leader_epoch_checkpoint, write_partition_metadata
 from tierlog.log.crc import crc32c
@@ -35,6 +37,7 @@ from tierlog.log.offset_index import OffsetIndex
 from tierlog.log.producer_snapshot import ProducerSnapshotEntry, write_producer_snapshot
 from tierlog.log.reader import iter_batches, iter_batches_with_records
 from tierlog.log.record import Record
+from tierlog.log.recovery import OffsetsCheckpoint, write_offsets_checkpoint
 from tierlog.log.time_index import TimeIndex
 from tierlog.log.txn_index import AbortedTxn, TransactionIndex
 from tierlog.spi import Uuid
@@ -466,39 +469,117 @@ def test_verify_index_passes_on_correct_indexes(
         assert file["segment"] == str(segment) and "entries" not in file
 
 
-def test_verify_index_names_each_offset_index_mismatch(
+def kafka_report(err: str) -> list[str]:
+    """The index verification report: stderr without tierlog's own error and note lines."""
+    return [line for line in err.splitlines() if not line.startswith("tierlog: ")]
+
+
+def test_verify_index_reports_offset_index_mismatches_as_kafka_does(
     capsys: pytest.CaptureFixture[str], segment: Path
 ) -> None:
     pos = positions(segment)
+    size = segment.stat().st_size
     index = segment.with_suffix(".index")
     with OffsetIndex(index, 0, 1 << 12) as oi:
         oi.append(4, pos[1])  # right
         oi.append(6, pos[2])  # right
         oi.append(8, pos[3])  # wrong: the batch at pos[3] ends at offset 7
         oi.append(9, pos[3] + 5)  # not the start of a batch
-        oi.append(10, segment.stat().st_size + 100)  # past the end of the segment
+        oi.append(10, size + 100)  # past the end of the segment
     code, out, err = run(capsys, "--verify-index", str(index))
     assert code == 1
-    assert f"Verified 5 entries against {segment}" in out
-    mismatches = err.splitlines()
-    assert len(mismatches) == 3, err
-    assert mismatches[0] == (
-        f"tierlog: mismatch: {index}: entry 2 (offset: 8 position: {pos[3]}): index offset 8, "
-        f"log offset 7: the batch at position {pos[3]} of {segment} ends at offset 7"
+    assert out.splitlines() == [f"Dumping {index}", f"Verified 5 entries against {segment}"]
+    lines = err.splitlines()
+    assert lines[:2] == [f"Mismatches in :{index.absolute()}", "  Index offset: 8, log offset: 7"]
+    assert lines[2].startswith(
+        f"  Index offset: 9, log offset: -1 (no record batch at position {pos[3] + 5}: "
     )
-    assert f"entry 3 (offset: 9 position: {pos[3] + 5}): no record batch at position" in err
-    assert "entry 4 (offset: 10" in err and "past the end of" in err
-
-    code, doc, _ = run_json(capsys, "--verify-index", str(index))
-    assert code == 1 and doc["ok"] is False
-    file = doc["files"][0]
-    assert file["entriesChecked"] == 5
-    assert [(m["entry"], m["offset"], m["logOffset"]) for m in file["mismatches"]] == [
-        (2, 8, 7), (3, 9, None), (4, 10, None)
+    assert lines[3:] == [
+        f"  Index offset: 10, log offset: -1 (position {size + 100} is past the end of the "
+        f"{size}-byte segment)"
     ]
 
+    code, doc, err = run_json(capsys, "--verify-index", str(index))
+    assert (code, err) == (1, "")
+    assert doc["ok"] is False
+    file = doc["files"][0]
+    assert file["entriesChecked"] == 5
+    assert [(m["check"], m["entry"], m["offset"], m["logOffset"]) for m in file["mismatches"]] == [
+        ("log-offset", 2, 8, 7), ("log-offset", 3, 9, None), ("log-offset", 4, 10, None)
+    ]
+    assert file["mismatches"][0]["message"] == (
+        f"index offset 8, log offset 7: the batch at position {pos[3]} of {segment} ends at "
+        "offset 7"
+    )
 
-def test_verify_index_names_each_time_index_mismatch(
+
+def test_verify_index_flags_a_batch_that_overflows_its_segment(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    """The last batch is cut short: the index entries pointing at it are mismatches (Kafka's tool
+    throws NoSuchElementException there), next to the log's own "invalid bytes" error."""
+    pos = positions(segment)
+    index, _ = write_indexes(segment)
+    timeindex = segment.with_suffix(".timeindex")
+    timeindex.write_bytes(struct.pack(">qiqiqi", T0 + 4, 4, T0 + 6, 6, T0 + 12, 12))
+    assert run(capsys, "--verify-index", str(segment))[0] == 0  # whole, the segment matches
+    last = segment.stat().st_size - pos[-1]
+    with open(segment, "r+b") as f:
+        f.truncate(pos[-1] + 70)  # the 61-byte header is whole, the records are not
+    code, out, err = run(capsys, "--verify-index", str(segment))
+    assert code == 1
+    assert f"Found 70 invalid bytes at the end of {segment.name}" in out
+    assert err.startswith("tierlog: error: truncated record batch")
+    assert kafka_report(err) == [
+        f"Mismatches in :{index.absolute()}",
+        f"  Index offset: 12, log offset: -1 (the batch at position {pos[-1]} overflows the "
+        f"segment: it is {last} bytes, 70 remain)",
+        f"The following indexed offsets are not found in :{timeindex.absolute()}",
+        f"Indexed offset: 12, found log offset: -1 (the segment is unreadable from position "
+        f"{pos[-1]})",
+    ]
+    code, doc, _ = run_json(capsys, "--verify-index", str(index), str(timeindex))
+    assert code == 1
+    (offset_miss,) = doc["files"][0]["mismatches"]
+    assert offset_miss["check"] == "log-offset"
+    assert "overflows the segment" in offset_miss["message"]
+    (time_miss,) = doc["files"][1]["mismatches"]
+    assert time_miss["check"] == "offset-not-found" and time_miss["logOffset"] is None
+    assert "cannot be read past a corrupt batch" in time_miss["message"]
+    with open(segment, "r+b") as f:
+        f.truncate(pos[-1] + 30)  # not even a whole header
+    code, _, err = run(capsys, "--verify-index", str(index))
+    assert code == 1
+    assert kafka_report(err)[1].startswith(
+        f"  Index offset: 12, log offset: -1 (no record batch at position {pos[-1]}: only 30 "
+        "bytes remain, no batch header"
+    )
+
+
+def test_verify_index_goes_on_after_a_negative_or_end_position(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    """A negative position is a mismatch like any other: the entries after it are still checked
+    (it used to end the index's verification with an OS error)."""
+    pos = positions(segment)
+    size = segment.stat().st_size
+    index = segment.with_suffix(".index")
+    index.write_bytes(struct.pack(">8i", 2, pos[0], 4, -5, 6, pos[2], 7, size))
+    code, out, err = run(capsys, "--verify-index", str(index))
+    assert code == 1
+    assert f"Verified 4 entries against {segment}" in out
+    assert kafka_report(err) == [
+        f"Mismatches in :{index.absolute()}",
+        "  Index offset: 4, log offset: -1 (position -5 is negative)",
+        f"  Index offset: 7, log offset: -1 (position {size} is past the end of the {size}-byte "
+        "segment)",
+        f"Found out of order position in :{index.absolute()}",
+        f"  Index offset: 4, position: -5, Previously indexed position: {pos[0]}",
+    ]
+    assert not err.startswith("tierlog: error")
+
+
+def test_verify_index_reports_time_index_mismatches_as_kafka_does(
     capsys: pytest.CaptureFixture[str], segment: Path
 ) -> None:
     timeindex = segment.with_suffix(".timeindex")
@@ -509,20 +590,28 @@ def test_verify_index_names_each_time_index_mismatch(
         ti.maybe_append(T0 + 70, 99)  # beyond the segment
     code, _, err = run(capsys, "--verify-index", str(timeindex))
     assert code == 1
-    lines = err.splitlines()
-    assert len(lines) == 3, err
-    assert lines[0] == (
-        f"tierlog: mismatch: {timeindex}: entry 1 (timestamp: {T0 + 50} offset: 6): index "
-        f"timestamp {T0 + 50}, log timestamp {T0 + 6}: the batch of {segment} ending at offset 6 "
-        f"has max timestamp {T0 + 6}"
-    )
-    assert "entry 2" in lines[1] and "indexed offset 8, found log offset 9" in lines[1]
-    assert "entry 3" in lines[2] and "offset 99 is not in" in lines[2]
+    path = timeindex.absolute()
+    assert err.splitlines() == [
+        f"Found timestamp mismatch in :{path}",
+        f"  Index timestamp: {T0 + 50}, log timestamp: {T0 + 6}",
+        f"The following indexed offsets are not found in :{path}",
+        "Indexed offset: 8, found log offset: 9",
+        "Indexed offset: 99, found log offset: -1",
+    ]
     code, doc, _ = run_json(capsys, "--verify-index", str(timeindex))
     assert code == 1
     assert [
-        (m["entry"], m["logOffset"], m["logTimestamp"]) for m in doc["files"][0]["mismatches"]
-    ] == [(1, 6, T0 + 6), (2, 9, T0 + 9), (3, None, None)]
+        (m["check"], m["entry"], m["logOffset"], m["logTimestamp"])
+        for m in doc["files"][0]["mismatches"]
+    ] == [
+        ("timestamp", 1, 6, T0 + 6),
+        ("offset-not-found", 2, 9, T0 + 9),
+        ("offset-not-found", 3, None, None),
+    ]
+    assert doc["files"][0]["mismatches"][0]["message"] == (
+        f"index timestamp {T0 + 50}, log timestamp {T0 + 6}: the batch of {segment} ending at "
+        f"offset 6 has max timestamp {T0 + 6}"
+    )
 
 
 def test_verify_index_catches_order_problems(
@@ -534,15 +623,75 @@ def test_verify_index_catches_order_problems(
     index.write_bytes(struct.pack(">iiii", 4, pos[1], 2, pos[0]))
     code, _, err = run(capsys, "--verify-index", str(index))
     assert code == 1
-    assert "entry 1 (offset: 2 position: 0): offset 2 is not above the previous entry's 4" in err
-    assert f"position 0 is not above the previous entry's {pos[1]}" in err
+    assert err.splitlines() == [
+        f"Found out of order offset in :{index.absolute()}",
+        "  Index offset: 2, Previously indexed offset: 4",
+        f"Found out of order position in :{index.absolute()}",
+        f"  Index offset: 2, position: {pos[0]}, Previously indexed position: {pos[1]}",
+    ]
     timeindex = segment.with_suffix(".timeindex")
     timeindex.write_bytes(struct.pack(">qiqi", T0 + 6, 6, T0 + 4, 4))
     code, _, err = run(capsys, "--verify-index", str(timeindex))
     assert code == 1
-    assert f"timestamp {T0 + 4} is not above the previous entry's timestamp {T0 + 6}" in err
-    assert "offset 4 is below the previous entry's offset 6" in err
-    assert err.count("tierlog: mismatch:") == 2  # the batch ending at 4 is found again
+    # the batch ending at 4 is found again: the walk restarts when offsets go backwards
+    assert err.splitlines() == [
+        f"Found out of order timestamp in :{timeindex.absolute()}",
+        f"  Index timestamp: {T0 + 4}, Previously indexed timestamp: {T0 + 6}",
+        f"Found out of order offset in :{timeindex.absolute()}",
+        "  Index offset: 4, Previously indexed offset: 6",
+    ]
+
+
+def test_verify_index_makes_the_checks_kafka_leaves_to_the_sanity_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Offsets below the base offset, and a first timestamp not above -1 (Kafka's
+    ``prevTimestamp`` starts at ``NO_TIMESTAMP``)."""
+    log = write_segment(tmp_path, [build_batch([Record(100, T0, b"k", b"v")], base_offset=100)],
+                        base=100)
+    index = log.with_suffix(".index")
+    index.write_bytes(struct.pack(">ii", -1, 0))  # relative -1: offset 99
+    timeindex = log.with_suffix(".timeindex")
+    timeindex.write_bytes(struct.pack(">qi", -1, 0))  # timestamp -1, offset 100
+    code, _, err = run(capsys, "--verify-index", str(index), str(timeindex))
+    assert code == 1
+    assert err.splitlines() == [
+        f"Mismatches in :{index.absolute()}",
+        "  Index offset: 99, log offset: 100",
+        f"Found timestamp mismatch in :{timeindex.absolute()}",
+        f"  Index timestamp: -1, log timestamp: {T0}",
+        f"Found out of order timestamp in :{timeindex.absolute()}",
+        "  Index timestamp: -1, Previously indexed timestamp: -1",
+        f"Found offset below the base offset in :{index.absolute()}",
+        "  Index offset: 99, base offset: 100",
+    ]
+    code, doc, _ = run_json(capsys, "--verify-index", str(index), str(timeindex))
+    assert [m["check"] for f in doc["files"] for m in f["mismatches"]] == [
+        "below-base-offset", "log-offset", "timestamp-order", "timestamp"
+    ]
+
+
+def test_verify_index_deep_compares_timestamps_with_the_records(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A batch whose header max timestamp is not its records' largest: the broker indexes the
+    header's, Kafka's tool compares the records' (``--deep`` here)."""
+    first = build_batch([Record(0, T0, b"k", b"v")])
+    lying = bytearray(build_batch([Record(1, T0 + 1, b"k", b"v")], base_offset=1))
+    set_max_timestamp(lying, TimestampType.CREATE_TIME, T0 + 1000)  # CRC recomputed
+    log = write_segment(tmp_path, [first, bytes(lying)])
+    _, timeindex = write_indexes(log)
+    code, _, err = run(capsys, "--verify-index", str(timeindex))
+    assert (code, err) == (0, "")
+    code, _, err = run(capsys, "--verify-index", "--deep", str(timeindex))
+    assert code == 1
+    assert err.splitlines() == [
+        f"Found timestamp mismatch in :{timeindex.absolute()}",
+        f"  Index timestamp: {T0 + 1000}, log timestamp: {T0 + 1}",
+    ]
+    code, doc, _ = run_json(capsys, "--verify-index", "--deep", str(timeindex))
+    (mismatch,) = doc["files"][0]["mismatches"]
+    assert mismatch["logTimestamp"] == T0 + 1 and "holds records up to" in mismatch["message"]
 
 
 def test_verify_index_of_a_log_and_of_a_directory(
@@ -559,16 +708,42 @@ def test_verify_index_of_a_log_and_of_a_directory(
         f"Verified 3 entries against {segment}",
     ]
     assert len(batch_lines(out)) == 8  # the log itself is still dumped
-    # break the time index: the directory's verification fails and names it
+    # break the time indexes of two segments: the report comes after every dump, grouped by
+    # check, then by file in dump order
+    second = write_segment(segment.parent, [build_batch([Record(20, T0 + 20, b"k", b"v")],
+                                                        base_offset=20)], base=20)
+    _, timeindex2 = write_indexes(second, base=20)
+    timeindex2.write_bytes(struct.pack(">qi", T0 + 21, 0))  # relative offset 0: 20
     with TimeIndex(timeindex, 0, writable=False) as ti:
         last = ti.last_entry
     with open(timeindex, "r+b") as f:
         f.seek(-12, os.SEEK_END)
         f.write(struct.pack(">qi", last.timestamp + 1, last.offset))
+    index.write_bytes(index.read_bytes()[:8] + struct.pack(">ii", 6, 0))
     code, out, err = run(capsys, "--verify-index", str(segment.parent))
     assert code == 1
-    assert f"{timeindex}: entry 2" in err and f"index timestamp {last.timestamp + 1}" in err
-    assert "offset:" not in out.split(f"Dumping {index}")[1]  # indexes are verified, not listed
+    assert err.splitlines() == [
+        f"Mismatches in :{index.absolute()}",
+        "  Index offset: 6, log offset: 2",
+        f"Found timestamp mismatch in :{timeindex.absolute()}",
+        f"  Index timestamp: {last.timestamp + 1}, log timestamp: {last.timestamp}",
+        f"Found timestamp mismatch in :{timeindex2.absolute()}",
+        f"  Index timestamp: {T0 + 21}, log timestamp: {T0 + 20}",
+        f"Found out of order position in :{index.absolute()}",
+        f"  Index offset: 6, position: 0, Previously indexed position: {positions(segment)[1]}",
+    ]
+    # indexes are verified, not listed, and the report is not on stdout
+    assert not [line for line in out.splitlines() if line.startswith(("offset:", "timestamp:"))]
+    assert "Index" not in out
+
+
+def test_verify_index_exit_code_is_documented(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["log", "dump", "--help"])
+    assert exit_info.value.code == 0
+    help_text = "".join(capsys.readouterr().out.split())  # whatever argparse's line breaks
+    assert "1corruptionorindexmismatchfound(unlikekafka-dump-log,whichexits0" in help_text
+    assert "maketheexitcode1(kafka-dump-logexits0)" in help_text
 
 
 def test_verify_index_without_segment_fails(
@@ -699,12 +874,14 @@ def test_partition_directory_in_offset_order(
     write_leader_epoch_checkpoint(tmp_path / "leader-epoch-checkpoint", [(0, 0), (1, 3)],
                                   sync=False)
     write_partition_metadata(tmp_path / "partition.metadata", Uuid.random(), sync=False)
+    write_offsets_checkpoint(tmp_path, OffsetsCheckpoint(13, 0, 13, True), sync=False)
     (tmp_path / "leader-epoch-checkpoint.tmp").write_text("junk")
     code, out, err = run(capsys, str(tmp_path))
     assert code == 0
     assert [line.split("/")[-1] for line in out.splitlines() if line.startswith("Dumping")] == [
         "partition.metadata",
         "leader-epoch-checkpoint",
+        "tierlog-offsets-checkpoint",
         "00000000000000000000.log",
         "00000000000000000000.index",
         "00000000000000000000.timeindex",
@@ -715,12 +892,166 @@ def test_partition_directory_in_offset_order(
         "00000000000000000007.snapshot",
     ]
     assert "Log starting offset: 7" in out
-    assert err == f"tierlog: note: ignoring {tmp_path / 'leader-epoch-checkpoint.tmp'} (not a " \
-        "file of a live partition)\n"
+    assert "recoveryPoint: 13 logStartOffset: 0 highWatermark: 13 cleanShutdown: true" in out
+    assert err == (
+        f"tierlog: note: skipping {tmp_path / 'leader-epoch-checkpoint.tmp'}: an unfinished "
+        "atomic write of leader-epoch-checkpoint (a crash came before its rename; recovery "
+        "deletes it unread)\n"
+    )
     code, doc, _ = run_json(capsys, "--deep", str(tmp_path))
-    assert code == 0 and len(doc["files"]) == 10
-    assert [f["kind"] for f in doc["files"]][:3] == ["partition-metadata",
-                                                     "leader-epoch-checkpoint", "log"]
+    assert code == 0 and len(doc["files"]) == 11
+    assert [f["kind"] for f in doc["files"]][:4] == [
+        "partition-metadata", "leader-epoch-checkpoint", "offsets-checkpoint", "log"
+    ]
+    assert [s["path"] for s in doc["skipped"]] == [str(tmp_path / "leader-epoch-checkpoint.tmp")]
+
+
+def test_offsets_checkpoint_dump(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    write_offsets_checkpoint(tmp_path, OffsetsCheckpoint(10, 2, 8, False), sync=False)
+    path = tmp_path / "tierlog-offsets-checkpoint"
+    code, out, err = run(capsys, str(path))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"Dumping {path}",
+        "recoveryPoint: 10 logStartOffset: 2 highWatermark: 8 cleanShutdown: false",
+    ]
+    code, doc, _ = run_json(capsys, str(path))
+    assert doc["files"] == [{
+        "kind": "offsets-checkpoint", "path": str(path), "recoveryPoint": 10,
+        "logStartOffset": 2, "highWatermark": 8, "cleanShutdown": False, "errors": [],
+    }]
+    path.write_text("0\n4\nrecovery-point 10\nlog-start-offset 2\nhigh-watermark x\n")
+    code, out, err = run(capsys, str(path))
+    assert (code, out) == (1, f"Dumping {path}\n")
+    assert err.startswith(f"tierlog: error: malformed offsets checkpoint {path}")
+
+
+def test_local_log_directory_dumps_every_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A directory written by ``LocalLog`` (rolls, producer snapshots, epochs, the offsets
+    checkpoint) dumps file by file, nothing skipped, and its indexes verify."""
+    from tierlog.log.local_log import LocalLog
+    from tierlog.log.recovery import read_offsets_checkpoint
+
+    directory = tmp_path / "topic-0"
+    log = LocalLog.open(directory, {"segment.index.bytes": 4096, "index.interval.bytes": 64},
+                        clock=lambda: T0 + 1000, sync=False, topic_id=Uuid.random())
+    for epoch in range(3):
+        records = [Record(i, T0 + i, None, b"x" * 100) for i in range(3)]
+        log.append_as_leader(build_batch(records, producer_id=5, producer_epoch=0,
+                                         base_sequence=3 * epoch), leader_epoch=epoch)
+        log.roll()
+    log.append_as_leader(build_batch([Record(0, T0, None, b"last")]), leader_epoch=3)
+    log.close()
+    code, out, err = run(capsys, "--verify-index", str(directory))
+    assert (code, err) == (0, "")
+    dumped = {line.split("/")[-1] for line in out.splitlines() if line.startswith("Dumping")}
+    assert dumped == {p.name for p in directory.iterdir()}
+    assert "tierlog-offsets-checkpoint" in dumped and any(n.endswith(".snapshot") for n in dumped)
+    code, doc, _ = run_json(capsys, str(directory))
+    (checkpoint,) = [f for f in doc["files"] if f["kind"] == "offsets-checkpoint"]
+    expected = read_offsets_checkpoint(directory)
+    assert expected is not None
+    assert (checkpoint["recoveryPoint"], checkpoint["highWatermark"], checkpoint["cleanShutdown"]) \
+        == (expected.recovery_point, expected.high_watermark, expected.clean_shutdown)
+    assert doc["skipped"] == []
+
+
+def test_leftovers_of_interrupted_operations_in_a_directory(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``.deleted``/``.cleaned``/``.swap`` files are dumped after the live ones (and verified
+    against the segment of the same suffix); ``.tmp`` files and unknown entries are skipped."""
+    batches = tierlog_batches()
+    live = write_segment(tmp_path, batches[:3])
+    write_indexes(live)
+    stale = write_segment(tmp_path, batches[3:], base=7)
+    write_indexes(stale, base=7)
+    for suffix in (".log", ".index", ".timeindex"):  # a deletion under way
+        os.rename(stale.with_suffix(suffix), tmp_path / f"00000000000000000007{suffix}.deleted")
+    swap = tmp_path / "00000000000000000000.log.swap"  # a clean about to be swapped in
+    shutil.copyfile(live, swap)
+    shutil.copyfile(live.with_suffix(".index"), tmp_path / "00000000000000000000.index.swap")
+    cleaned = tmp_path / "00000000000000000000.log.cleaned"
+    cleaned.write_bytes(b"")
+    snapshot_deleted = tmp_path / "00000000000000000003.snapshot.deleted"
+    write_producer_snapshot(snapshot_deleted, [], sync=False)
+    (tmp_path / "tierlog-offsets-checkpoint.tmp").write_text("0\n")
+    (tmp_path / "00000000000000000007.snapshot.tmp").write_bytes(b"\x00")
+    (tmp_path / "00000000000000000000-0000000001.checkpoint").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "subdir").mkdir()
+
+    code, out, err = run(capsys, "--verify-index", str(tmp_path))
+    assert code == 0, err
+    assert [line.split("/")[-1] for line in out.splitlines() if line.startswith("Dumping")] == [
+        "00000000000000000000.log",
+        "00000000000000000000.log.swap",
+        "00000000000000000000.log.cleaned",
+        "00000000000000000000.index",
+        "00000000000000000000.index.swap",
+        "00000000000000000000.timeindex",
+        "00000000000000000003.snapshot.deleted",
+        "00000000000000000007.log.deleted",
+        "00000000000000000007.index.deleted",
+        "00000000000000000007.timeindex.deleted",
+    ]
+    assert f"Verified 4 entries against {tmp_path / '00000000000000000007.log.deleted'}" in out
+    assert f"Verified 2 entries against {swap}" in out
+    assert err.splitlines() == [
+        f"tierlog: note: skipping {tmp_path / p}: {reason}"
+        for p, reason in [
+            ("00000000000000000000-0000000001.checkpoint",
+             "a KRaft metadata snapshot, not a file of a topic partition"),
+            ("00000000000000000007.snapshot.tmp",
+             "an unfinished atomic write of 00000000000000000007.snapshot (a crash came before "
+             "its rename; recovery deletes it unread)"),
+            ("notes.txt", "not a file Kafka or tierlog keeps in a partition directory"),
+            ("subdir", "a directory"),
+            ("tierlog-offsets-checkpoint.tmp",
+             "an unfinished atomic write of tierlog-offsets-checkpoint (a crash came before its "
+             "rename; recovery deletes it unread)"),
+        ]
+    ]
+    code, doc, _ = run_json(capsys, str(tmp_path))
+    assert code == 0
+    assert [(f["path"].split("/")[-1], f.get("suffix")) for f in doc["files"]][:3] == [
+        ("00000000000000000000.log", None),
+        ("00000000000000000000.log.swap", ".swap"),
+        ("00000000000000000000.log.cleaned", ".cleaned"),
+    ]
+    assert [(s["path"].split("/")[-1], s["reason"]) for s in doc["skipped"]][3] == (
+        "subdir", "a directory"
+    )
+
+
+def test_suffixed_index_is_verified_only_against_its_suffixed_segment(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    """An index renamed ``.deleted`` is not checked against a live segment that took its name."""
+    index, _ = write_indexes(segment)
+    deleted = index.with_name(index.name + ".deleted")
+    os.rename(index, deleted)
+    code, _, err = run(capsys, "--verify-index", str(deleted))
+    assert code == 1 and "its segment file does not exist" in err
+
+
+def test_empty_directory_is_not_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "README").write_text("x")
+    code, out, err = run(capsys, str(tmp_path))
+    assert (code, out) == (0, "")
+    assert err.splitlines() == [
+        f"tierlog: note: skipping {tmp_path / 'README'}: not a file Kafka or tierlog keeps in a "
+        "partition directory",
+        "tierlog: note: nothing to dump: no segment, index, checkpoint or snapshot file was found",
+    ]
+    code, doc, _ = run_json(capsys, str(tmp_path))
+    assert code == 0 and doc["files"] == [] and doc["ok"] is True
+    assert doc["skipped"] == [{"path": str(tmp_path / "README"), "reason":
+                               "not a file Kafka or tierlog keeps in a partition directory"}]
 
 
 def test_remote_storage_layout_names(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -861,16 +1192,15 @@ def test_unknown_codec_id_is_reported_shallow_and_deep(
     assert code == 1 and err.count("unknown compression type id 6") == 1
 
 
-def test_suffixed_files_dump_when_named_and_are_skipped_in_a_directory(
+def test_suffixed_files_dump_when_named(
     capsys: pytest.CaptureFixture[str], segment: Path
 ) -> None:
     deleted = segment.with_name(segment.name + ".deleted")
     os.rename(segment, deleted)
     code, out, _ = run(capsys, str(deleted))
     assert code == 0 and len(batch_lines(out)) == 8
-    code, out, err = run(capsys, str(segment.parent))
-    assert (code, out) == (0, "")
-    assert f"ignoring {deleted}" in err
+    code, doc, _ = run_json(capsys, str(deleted))
+    assert doc["files"][0]["suffix"] == ".deleted" and doc["files"][0]["kind"] == "log"
 
 
 # --- usage errors and the entry point ----------------------------------------------------------
@@ -888,6 +1218,15 @@ def test_unknown_file_kind_is_a_usage_error(
     code, out, err = run(capsys, str(tmp_path / "missing.log"))
     assert (code, out) == (2, "")
     assert "no such file or directory" in err
+    temp = tmp_path / "leader-epoch-checkpoint.tmp"
+    temp.write_text("0\n0\n")
+    code, out, err = run(capsys, str(temp))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"tierlog: error: {temp} is an unfinished atomic write of leader-epoch-checkpoint (a "
+        "crash came before its rename; recovery deletes it unread); to read it anyway, copy it "
+        "to a file named leader-epoch-checkpoint in another directory and dump that\n"
+    )
 
 
 def test_python_m_entry_point(segment: Path) -> None:

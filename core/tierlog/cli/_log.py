@@ -7,12 +7,21 @@ Usage::
 
 A PATH is a segment (``.log``), an offset index (``.index``), a time index (``.timeindex``), a
 transaction index (``.txnindex``), a producer snapshot (``.snapshot``), a
-``leader-epoch-checkpoint``, a ``partition.metadata``, or a partition directory (every such file
-in it, partition-level files first, then by offset; other entries are skipped with a note). The
-kind comes from the file name (``tierlog.log.files``): Kafka's ``<20 digits>.<kind>`` (also with
-``.deleted``, ``.cleaned`` or ``.swap`` appended, when named explicitly) and the remote layout of
-the ``local`` RSM, ``<20 digits>-<segmentId>.<kind>`` (and its ``.leader_epoch_checkpoint``), so
-a tiered copy of a segment dumps like the local one. A name of any other kind is a usage error.
+``leader-epoch-checkpoint``, a ``tierlog-offsets-checkpoint`` (tierlog's recovery point, log start
+offset, high watermark and clean-shutdown flag, ``tierlog.log.recovery``), a
+``partition.metadata``, or a partition directory. The kind comes from the file name
+(``tierlog.log.files``): Kafka's ``<20 digits>.<kind>``, also with ``.deleted``, ``.cleaned`` or
+``.swap`` appended (a segment being deleted, cleaned or swapped in: recovery deletes or completes
+it), and the remote layout of the ``local`` RSM, ``<20 digits>-<segmentId>.<kind>`` (and its
+``.leader_epoch_checkpoint``), so a tiered copy of a segment dumps like the local one. A name of
+any other kind is a usage error; so is a ``<name>.tmp`` left by a write that a crash interrupted
+(the message says how to read it anyway).
+
+A directory dumps every file of those kinds in it: the partition-level files first, then by
+offset, kind, and the live file before its ``.swap``, ``.cleaned`` and ``.deleted`` leftovers.
+Every other entry is skipped with its reason (``tierlog: note: skipping PATH: REASON``, and in
+JSON ``skipped``): a ``.tmp``, a KRaft snapshot (``.checkpoint``), a subdirectory, a file of no
+known kind. Skipping is not an error.
 
 Options (Kafka's ``DumpLogSegments`` names are accepted as aliases):
 
@@ -48,20 +57,24 @@ producerId: .. firstOffset: .. lastOffset: .. lastStableOffset: ..`` (transactio
 ``producerId: .. producerEpoch: .. coordinatorEpoch: .. currentTxnFirstOffset: .. lastTimestamp:
 ..`` plus ``firstSequence: .. lastSequence: .. lastOffset: .. offsetDelta: .. timestamp: ..`` when
 the producer has a batch (producer snapshot), all as Kafka; ``epoch: E startOffset: O``
-(leader-epoch-checkpoint) and ``version: V topicId: ID`` (partition.metadata), which Kafka's tool
-does not read; an index without entries prints ``<file> is empty.``. Problems go to stderr,
-one line each: ``tierlog: error: ...`` (corruption, with the file and byte position) and
-``tierlog: mismatch: ...`` (index verification); notes (skipped
-files, missing indexes) are ``tierlog: note: ...``.
+(leader-epoch-checkpoint), ``recoveryPoint: R logStartOffset: L highWatermark: H cleanShutdown:
+true|false`` (tierlog-offsets-checkpoint) and ``version: V topicId: ID`` (partition.metadata),
+which Kafka's tool does not read; an index without entries prints ``<file> is empty.``. Problems
+go to stderr: ``tierlog: error: ...``, one line each, as they are found (corruption, with the file
+and byte position), and index mismatches after everything else, in Kafka's words (see *Index
+verification*); notes (skipped files, missing indexes) are ``tierlog: note: ...``.
 
 **JSON** (``--json``) is one document on stdout, written as it is produced, so a large segment is
 never held in memory::
 
-    {"version": 1, "files": [FILE, ...], "ok": true}
+    {"version": 1, "files": [FILE, ...], "skipped": [{"path": str, "reason": str}, ...],
+     "ok": true}
 
-``ok`` is false exactly when the exit code is 1. Each FILE has ``kind``, ``path``, fields of its
-kind, an array of its items, then a summary and ``errors`` (``[{"message": str, "position":
-int | null}]``, the same problems as the text's stderr lines):
+``ok`` is false exactly when the exit code is 1; ``skipped`` lists the directory entries not
+dumped. Each FILE has ``kind``, ``path``, ``suffix`` (only for a ``.deleted``, ``.cleaned`` or
+``.swap`` file: that suffix), fields of its kind, an array of its items, then a summary and
+``errors`` (``[{"message": str, "position": int | null}]``, the same problems as the text's
+``tierlog: error:`` lines):
 
 - ``"kind": "log"``: ``baseOffset``; ``batches``: ``{baseOffset, lastOffset, count, baseSequence,
   lastSequence, producerId, producerEpoch, partitionLeaderEpoch, isTransactional, isControl,
@@ -75,12 +88,13 @@ int | null}]``, the same problems as the text's stderr lines):
   minus ``validBytes``).
 - ``"offset-index"``: ``baseOffset``; ``entries``: ``{offset, position}``.
 - ``"time-index"``: ``baseOffset``; ``entries``: ``{timestamp, offset}``.
-- With ``--verify-index`` an index has ``mismatches`` instead of ``entries``: ``{entry, offset,
-  position, logOffset, message}`` (offset index) or ``{entry, timestamp, offset, logOffset,
-  logTimestamp, message}`` (time index), where ``logOffset``/``logTimestamp`` are what the
-  segment holds there (``null`` when it holds no batch there); summary: ``segment`` and
-  ``entriesChecked``. With ``--index-sanity-check`` there is no array; summary:
-  ``sanityCheck`` (``"passed"`` | ``"failed"``).
+- With ``--verify-index`` an index has ``mismatches`` instead of ``entries``: ``{check, entry,
+  offset, position, logOffset, message}`` (offset index) or ``{check, entry, timestamp, offset,
+  logOffset, logTimestamp, message}`` (time index), one per failed check of an entry (``check``
+  names it, see *Index verification*), where ``logOffset``/``logTimestamp`` are what the segment
+  holds there (``null`` when it holds no batch there, or the check is not about the segment);
+  summary: ``segment`` and ``entriesChecked``. With ``--index-sanity-check`` there is no array;
+  summary: ``sanityCheck`` (``"passed"`` | ``"failed"``).
 - ``"txn-index"``: ``baseOffset``; ``entries``: ``{version, producerId, firstOffset, lastOffset,
   lastStableOffset}``.
 - ``"producer-snapshot"``: ``entries``: ``{producerId, producerEpoch, coordinatorEpoch,
@@ -88,16 +102,48 @@ int | null}]``, the same problems as the text's stderr lines):
   lastOffset, offsetDelta, timestamp}`` (the stored fields; ``firstSequence`` is derived as
   Kafka does and ``null`` when the producer has no batch, ``lastOffset`` -1).
 - ``"leader-epoch-checkpoint"``: ``entries``: ``{epoch, startOffset}``.
+- ``"offsets-checkpoint"``: ``recoveryPoint``, ``logStartOffset``, ``highWatermark``,
+  ``cleanShutdown`` (bool); no array.
 - ``"partition-metadata"``: ``version``, ``topicId``; no array.
 
-**Index verification** (Kafka's index checks in ``DumpLogSegments``, plus the structural ones its
-sanity check makes): for each offset index entry, the offset is at least the base offset and
-above the previous entry's, the position is above the previous one and inside the segment, and
-the batch at that position is a v2 batch whose last offset is the entry's offset; for each time
-index entry, the offset is at least the base offset and not below the previous one, the
-timestamp is above the previous one, the first batch whose last offset is >= the entry's offset
-ends exactly at it, and that batch's max timestamp is the entry's timestamp. Each failure is one
-mismatch naming the entry.
+**Index verification** (``--verify-index``) makes Kafka's checks (``DumpLogSegments.dumpIndex``
+and ``dumpTimeIndex``) and those Kafka's tool dies on or leaves to the broker's sanity check. Each
+failed check of an entry is one mismatch; in the text they come after the dump, on stderr, grouped
+by check and index (its absolute path) under Kafka's titles, so a script that reads
+``kafka-dump-log``'s report reads this one::
+
+    Mismatches in :/data/t-0/00000000000000000000.index            (check "log-offset")
+      Index offset: 8, log offset: 7
+      Index offset: 9, log offset: -1 (position 9999 is past the end of the 4210-byte segment)
+    Found timestamp mismatch in :/data/t-0/00000000000000000000.timeindex      ("timestamp")
+      Index timestamp: 1700000000050, log timestamp: 1700000000006
+    Found out of order timestamp in :PATH                                 ("timestamp-order")
+      Index timestamp: T, Previously indexed timestamp: P
+    The following indexed offsets are not found in :PATH                 ("offset-not-found")
+    Indexed offset: 8, found log offset: 9
+    Found out of order offset in :PATH                                       ("offset-order")
+      Index offset: O, Previously indexed offset: P
+    Found out of order position in :PATH                    ("position-order", offset index)
+      Index offset: O, position: P, Previously indexed position: Q
+    Found offset below the base offset in :PATH                         ("below-base-offset")
+      Index offset: O, base offset: B
+
+The first four titles and their lines are Kafka's (a reason in parentheses is added where Kafka's
+tool has none); the last three are tierlog's, in the same style. Offset index entry: its offset
+is at least the base offset and above the previous entry's, its position above the previous
+entry's, and at its position the segment holds a v2 batch that fits in the segment and whose
+last offset is the entry's (a negative position, one past the end, one inside a batch or on a
+batch that overflows the segment is ``log offset: -1`` with the reason). Time index entry: its
+offset is at least the base offset and not below the previous entry's, its timestamp above the
+previous entry's (above -1 for the first, as Kafka checks), the first batch whose last offset is
+>= the entry's ends exactly there (else not found; where the segment cannot be read further, the
+rest are not found, as Kafka's iterator ends there), and that batch's max timestamp is the
+entry's; with ``--deep`` it is its records' largest timestamp, as Kafka's tool computes it.
+Lines are in index order (Kafka's tool sorts the offset index's by descending offset and keeps one
+per offset). Kafka's tool stops at the first entry after the first that equals the base offset
+(the zero-filled tail of an index a crash left preallocated); tierlog's index reader drops such a
+trailing run of zero slots on opening (``tierlog.log.index``), so it is not verified either, and
+a zero entry followed by written ones is reported (it breaks the order).
 
 **Corrupt input** never ends in a traceback: what could be read is printed, then the error names
 the file and byte position. A batch with a wrong CRC is printed with ``isvalid: false`` and the
@@ -109,7 +155,8 @@ goes on with the next batch.
 
 Exit codes: 0 nothing wrong; 1 a file is corrupt, unreadable or unsupported, or an index does
 not match its segment; 2 usage errors (an unknown file kind, a missing path), found before
-anything is printed.
+anything is printed. ``kafka-dump-log`` exits 0 whatever its verification finds; a script that
+checks a partition needs the exit code, so tierlog's is 1 for any mismatch.
 
 Segments are streamed with ``tierlog.log.reader.iter_batches`` (headers, CRC-checked in the
 reader's fast path); a batch is read again with ``os.pread`` only to decode its records or to
@@ -119,6 +166,7 @@ recheck a CRC the reader refused.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -151,17 +199,20 @@ from tierlog.log.batch import (
 from tierlog.log.compression import CompressionType
 from tierlog.log.crc import crc32c
 from tierlog.log.files import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX,
     LEADER_EPOCH_CHECKPOINT_FILENAME,
     LOG_FILE_SUFFIX,
     PARTITION_METADATA_FILENAME,
     PRODUCER_SNAPSHOT_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
     parse_segment_file_name,
 )
 from tierlog.log.reader import iter_batches
-from tierlog.log.record import Record
+from tierlog.log.record import NO_TIMESTAMP, Record
 from tierlog.spi import CorruptRecordError, InvalidArgumentError, TierlogError
 
 if TYPE_CHECKING:
@@ -190,6 +241,7 @@ class Kind(Enum):
 
     PARTITION_METADATA = "partition-metadata"
     LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+    OFFSETS_CHECKPOINT = "offsets-checkpoint"
     LOG = "log"
     OFFSET_INDEX = "offset-index"
     TIME_INDEX = "time-index"
@@ -208,6 +260,10 @@ _KIND_BY_SUFFIX: Final = {
 _SUFFIX_BY_KIND: Final = {kind: suffix for suffix, kind in _KIND_BY_SUFFIX.items()}
 _ORDER: Final = {kind: n for n, kind in enumerate(Kind)}
 """Order of the files of one offset in a directory dump (the enum's order)."""
+_EXTRA_ORDER: Final = {"": 0, SWAP_FILE_SUFFIX: 1, CLEANED_FILE_SUFFIX: 2, DELETED_FILE_SUFFIX: 3}
+"""Then a live file before the leftovers of a swap, a clean and a deletion."""
+_TEMP_SUFFIX: Final = ".tmp"
+"""What ``tierlog._durable.atomic_write`` (Kafka's checkpoint writes too) appends while writing."""
 
 _REMOTE_NAME: Final = re.compile(
     r"([0-9]+)-[A-Za-z0-9_-]{22}("
@@ -219,8 +275,8 @@ _REMOTE_NAME: Final = re.compile(
 _KNOWN_KINDS: Final = (
     "a segment (.log), an offset index (.index), a time index (.timeindex), a transaction "
     "index (.txnindex), a producer snapshot (.snapshot), leader-epoch-checkpoint, "
-    "partition.metadata or a partition directory; segment files are named by their offset, "
-    "e.g. 00000000000000000000.log"
+    "tierlog-offsets-checkpoint, partition.metadata or a partition directory; segment files "
+    "are named by their offset, e.g. 00000000000000000000.log"
 )
 
 
@@ -237,7 +293,8 @@ class Target:
     """A file to dump: its kind and, for a segment's files, the offset and stem of its name.
 
     ``stem`` + a kind's suffix + ``extra`` (``.deleted``, ``.swap``...) names a sibling file, so
-    an index finds its segment in both Kafka's and the remote layout.
+    an index finds its segment in both Kafka's and the remote layout. Kafka renames all the files
+    of a segment at once, so a suffixed file's siblings carry the same suffix.
     """
 
     path: Path
@@ -247,24 +304,28 @@ class Target:
     extra: str = ""
 
     def sibling(self, kind: Kind) -> Path | None:
-        """The file of ``kind`` of the same segment, if it exists (with ``extra``, else without)."""
+        """The file of ``kind`` of the same segment (same ``extra``), if it exists.
+
+        An index scheduled for deletion is never checked against the live segment that may
+        have taken its name since.
+        """
         if self.stem is None:
             return None
-        suffix = _SUFFIX_BY_KIND[kind]
-        for name in (f"{self.stem}{suffix}{self.extra}", f"{self.stem}{suffix}"):
-            candidate = self.path.with_name(name)
-            if candidate.is_file():
-                return candidate
-        return None
+        candidate = self.path.with_name(f"{self.stem}{_SUFFIX_BY_KIND[kind]}{self.extra}")
+        return candidate if candidate.is_file() else None
 
 
 def classify(path: Path) -> Target | None:
     """The ``Target`` a file's name describes, or ``None`` for a name of no known kind."""
+    from tierlog.log.recovery import OFFSETS_CHECKPOINT_FILENAME
+
     name = path.name
     if name == PARTITION_METADATA_FILENAME:
         return Target(path, Kind.PARTITION_METADATA)
     if name == LEADER_EPOCH_CHECKPOINT_FILENAME:
         return Target(path, Kind.LEADER_EPOCH_CHECKPOINT)
+    if name == OFFSETS_CHECKPOINT_FILENAME:
+        return Target(path, Kind.OFFSETS_CHECKPOINT)
     parsed = parse_segment_file_name(name)
     if parsed is not None:
         stem = name[: name.index(".")]
@@ -279,6 +340,35 @@ def classify(path: Path) -> Target | None:
 # --- output ------------------------------------------------------------------------------------
 
 
+class Check(Enum):
+    """A kind of index verification failure; the value is the JSON mismatch's ``check``.
+
+    The first four are Kafka's (``DumpLogSegments`` collects them under these titles); the others
+    are failures Kafka's tool does not look for, or dies on with an exception, reported in the
+    same style.
+    """
+
+    LOG_OFFSET = "log-offset"
+    TIMESTAMP = "timestamp"
+    TIMESTAMP_ORDER = "timestamp-order"
+    OFFSET_NOT_FOUND = "offset-not-found"
+    OFFSET_ORDER = "offset-order"
+    POSITION_ORDER = "position-order"
+    BELOW_BASE_OFFSET = "below-base-offset"
+
+
+_CHECK_TITLES: Final = {
+    Check.LOG_OFFSET: "Mismatches in :{}",
+    Check.TIMESTAMP: "Found timestamp mismatch in :{}",
+    Check.TIMESTAMP_ORDER: "Found out of order timestamp in :{}",
+    Check.OFFSET_NOT_FOUND: "The following indexed offsets are not found in :{}",
+    Check.OFFSET_ORDER: "Found out of order offset in :{}",
+    Check.POSITION_ORDER: "Found out of order position in :{}",
+    Check.BELOW_BASE_OFFSET: "Found offset below the base offset in :{}",
+}
+"""Kafka's title line of each group of mismatches (``{}``: the index's absolute path)."""
+
+
 class Printer:
     """Where a dump goes: Kafka's text lines or one JSON document, both written as they come.
 
@@ -286,6 +376,9 @@ class Printer:
     ``problem``..., ``end``. The JSON is streamed by hand (the head of a file's object, its array
     one element at a time, then its summary and errors) because ``json.dump`` of a whole segment
     would hold it in memory. ``problems`` counts what makes the exit code 1.
+
+    In text, index mismatches are kept and written to stderr by ``finish``, grouped by kind and
+    file under Kafka's titles, because that is where and how ``kafka-dump-log`` reports them.
     """
 
     def __init__(self, as_json: bool, out: TextIO, err: TextIO) -> None:
@@ -294,6 +387,9 @@ class Printer:
         self._out = out
         self._err = err
         self._open = False
+        self._path: Path | None = None
+        self._mismatches: dict[Check, dict[str, list[str]]] = {}
+        self._skipped: list[dict[str, str]] = []
         self._files = 0
         self._items_key: str | None = None
         self._items = 0
@@ -316,6 +412,7 @@ class Printer:
     ) -> None:
         """Start a file: ``Dumping PATH`` and its header ``lines``, or its JSON object's head."""
         self._open = True
+        self._path = target.path
         self._items_key = items
         self._items = 0
         self._summary = {}
@@ -325,7 +422,10 @@ class Printer:
             for line in lines:
                 self._out.write(line + "\n")
             return
-        head = {"kind": target.kind.value, "path": str(target.path), **(fields or {})}
+        head = {"kind": target.kind.value, "path": str(target.path)}
+        if target.extra:
+            head["suffix"] = target.extra
+        head.update(fields or {})
         self._out.write(("\n " if self._files == 0 else ",\n ") + json.dumps(head)[:-1])
         if items is not None:
             self._out.write(f', "{items}": [')
@@ -357,19 +457,26 @@ class Printer:
             self._out.flush()
             self._err.write(f"tierlog: error: {message}\n")
 
-    def mismatch(self, obj: dict[str, Any], text: str) -> None:
-        """An index entry that does not match its segment: counted, on stderr or in the array."""
+    def mismatch(self, check: Check, obj: dict[str, Any], line: str) -> None:
+        """An index entry that does not match its segment: counted; ``obj`` in the JSON array,
+        or Kafka's ``line`` kept for ``finish``."""
         self.problems += 1
         if self._json:
-            self.item(obj, str)
+            self.item({"check": check.value, **obj}, str)
         else:
-            self._out.flush()
-            self._err.write(f"tierlog: mismatch: {text}\n")
+            assert self._path is not None
+            by_file = self._mismatches.setdefault(check, {})
+            by_file.setdefault(os.path.abspath(self._path), []).append(line)
 
     def note(self, message: str) -> None:
-        """Information that is not a problem (a skipped file), on stderr in both formats."""
+        """Information that is not a problem (a missing index), on stderr in both formats."""
         self._out.flush()
         self._err.write(f"tierlog: note: {message}\n")
+
+    def skip(self, path: Path, reason: str) -> None:
+        """A directory entry that is not dumped: a note, and in JSON an element of ``skipped``."""
+        self.note(f"skipping {path}: {reason}")
+        self._skipped.append({"path": str(path), "reason": reason})
 
     def end(self) -> None:
         """Finish the current file (idempotent)."""
@@ -386,12 +493,21 @@ class Printer:
         out.write(f', "errors": {json.dumps(self._errors)}}}')
 
     def finish(self) -> None:
-        """Close the JSON document (after the last file)."""
+        """Close the JSON document, or write the text's index mismatches (after the last file)."""
         self.end()
         if self._json:
             ok = "true" if self.problems == 0 else "false"
-            self._out.write(("\n" if self._files else "") + f'], "ok": {ok}}}\n')
+            self._out.write(
+                ("\n" if self._files else "")
+                + f'], "skipped": {json.dumps(self._skipped)}, "ok": {ok}}}\n'
+            )
         self._out.flush()
+        for check in Check:
+            for path, lines in self._mismatches.get(check, {}).items():
+                self._err.write(_CHECK_TITLES[check].format(path) + "\n")
+                for line in lines:
+                    self._err.write(line + "\n")
+        self._err.flush()
 
 
 def _java_bool(value: bool) -> str:
@@ -723,7 +839,7 @@ def dump_offset_index(printer: Printer, target: Target, mode: Mode) -> None:
             if log_path is None:
                 printer.problem(f"cannot verify {target.path}: its segment file does not exist")
             else:
-                _verify_offset_index(printer, target, index, log_path)
+                _verify_offset_index(printer, index, log_path)
         else:
             if index.entries == 0:
                 printer.line(f"{target.path} is empty.")
@@ -734,8 +850,11 @@ def dump_offset_index(printer: Printer, target: Target, mode: Mode) -> None:
         _partial_entry(printer, target.path, index.length, index.ENTRY_SIZE)
 
 
-def dump_time_index(printer: Printer, target: Target, mode: Mode) -> None:
-    """A time index: its entries (``dumpTimeIndex``), or its verification or sanity check."""
+def dump_time_index(printer: Printer, target: Target, mode: Mode, *, deep: bool = False) -> None:
+    """A time index: its entries (``dumpTimeIndex``), or its verification or sanity check.
+
+    ``deep`` verifies timestamps against the records, not only the batch headers.
+    """
     from tierlog.log.time_index import TimeIndex
 
     base = target.offset if target.offset is not None else 0
@@ -750,7 +869,7 @@ def dump_time_index(printer: Printer, target: Target, mode: Mode) -> None:
             if log_path is None:
                 printer.problem(f"cannot verify {target.path}: its segment file does not exist")
             else:
-                _verify_time_index(printer, target, index, log_path)
+                _verify_time_index(printer, index, log_path, deep=deep)
         else:
             if index.entries == 0:
                 printer.line(f"{target.path} is empty.")
@@ -773,8 +892,11 @@ def _sanity(printer: Printer, target: Target, check: Callable[[], None]) -> None
         printer.line(f"{target.path} passed sanity check.")
 
 
-def _header_at(fd: int, position: int, file_size: int, path: Path) -> RecordBatch:
-    """The v2 header at ``position`` of a segment, checked to frame a batch inside the file."""
+def _frame_at(fd: int, position: int, path: Path) -> RecordBatch:
+    """The v2 header at ``position`` of a segment: magic 2 and a possible ``Length``.
+
+    Whether the batch fits in the segment is the caller's question (``_header_at``).
+    """
     data = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
     if len(data) < 17:
         raise corrupt(f"only {len(data)} bytes remain, no batch header", position, str(path))
@@ -783,37 +905,118 @@ def _header_at(fd: int, position: int, file_size: int, path: Path) -> RecordBatc
     if len(data) < RECORD_BATCH_OVERHEAD:
         raise corrupt(f"only {len(data)} bytes remain, no batch header", position, str(path))
     header = RecordBatch._make(HEADER.unpack_from(data))
+    check_batch_size(header.length, 1 << 62, position, str(path))  # the minimum length only
+    return header
+
+
+def _header_at(fd: int, position: int, file_size: int, path: Path) -> RecordBatch:
+    """The v2 header at ``position`` of a segment, checked to frame a batch inside the file."""
+    header = _frame_at(fd, position, path)
     check_batch_size(header.length, file_size - position, position, str(path))
     return header
 
 
-def _offset_mismatch(
-    printer: Printer,
-    path: Path,
-    n: int,
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """One failed check of one index entry.
+
+    ``message`` is the JSON mismatch's (full sentence); ``line`` is the text's, in Kafka's words
+    under its ``Check``'s title; ``log_offset``/``log_timestamp`` are what the segment holds there.
+    """
+
+    check: Check
+    message: str
+    line: str
+    log_offset: int | None = None
+    log_timestamp: int | None = None
+
+
+def _offset_entry_checks(
     entry: OffsetPosition,
-    message: str,
+    prev: OffsetPosition | None,
     *,
-    log_offset: int | None = None,
-) -> None:
-    printer.mismatch(
-        {
-            "entry": n,
-            "offset": entry.offset,
-            "position": entry.position,
-            "logOffset": log_offset,
-            "message": message,
-        },
-        f"{path}: entry {n} (offset: {entry.offset} position: {entry.position}): {message}",
-    )
+    base: int,
+    fd: int,
+    file_size: int,
+    log_path: Path,
+) -> list[_Found]:
+    """What is wrong with one offset index entry, given the previous one and the segment."""
+    offset, position = entry
+    found: list[_Found] = []
+    if offset < base:
+        found.append(
+            _Found(
+                Check.BELOW_BASE_OFFSET,
+                f"offset {offset} is below the base offset {base}",
+                f"  Index offset: {offset}, base offset: {base}",
+            )
+        )
+    if prev is not None and offset <= prev.offset:
+        found.append(
+            _Found(
+                Check.OFFSET_ORDER,
+                f"offset {offset} is not above the previous entry's {prev.offset}",
+                f"  Index offset: {offset}, Previously indexed offset: {prev.offset}",
+            )
+        )
+    if prev is not None and position <= prev.position:
+        found.append(
+            _Found(
+                Check.POSITION_ORDER,
+                f"position {position} is not above the previous entry's {prev.position}",
+                f"  Index offset: {offset}, position: {position}, Previously indexed position: "
+                f"{prev.position}",
+            )
+        )
+    reason: str | None = None
+    if position < 0:
+        reason = f"position {position} is negative"
+    elif position >= file_size:
+        reason = f"position {position} is past the end of the {file_size}-byte segment"
+    else:
+        try:
+            header = _frame_at(fd, position, log_path)
+        except UnsupportedRecordFormatError as exc:
+            reason = (
+                f"no record batch at position {position}: its magic byte is {exc.magic}, not 2 "
+                "(inside a batch, or a legacy message set, which tierlog does not read)"
+            )
+        except TierlogError as exc:
+            reason = f"no record batch at position {position}: {exc}"
+        else:
+            if header.size_in_bytes > file_size - position:
+                reason = (
+                    f"the batch at position {position} overflows the segment: it is "
+                    f"{header.size_in_bytes} bytes, {file_size - position} remain"
+                )
+            elif header.last_offset != offset:
+                found.append(
+                    _Found(
+                        Check.LOG_OFFSET,
+                        f"index offset {offset}, log offset {header.last_offset}: the batch at "
+                        f"position {position} of {log_path} ends at offset {header.last_offset}",
+                        f"  Index offset: {offset}, log offset: {header.last_offset}",
+                        header.last_offset,
+                    )
+                )
+    if reason is not None:
+        found.append(
+            _Found(
+                Check.LOG_OFFSET,
+                f"{reason} (segment {log_path})",
+                f"  Index offset: {offset}, log offset: -1 ({reason})",
+            )
+        )
+    return found
 
 
-def _verify_offset_index(
-    printer: Printer, target: Target, index: OffsetIndex, log_path: Path
-) -> None:
-    """Check each entry's order and that its position starts the batch ending at its offset."""
-    path = target.path
-    base = index.base_offset
+def _verify_offset_index(printer: Printer, index: OffsetIndex, log_path: Path) -> None:
+    """Check each entry's order, and that its position starts the batch ending at its offset.
+
+    The batch is framed at the entry's position (a header, magic 2, a length that fits in the
+    segment), so an entry past the segment's end, inside a batch or on a batch that overflows
+    the segment is a mismatch with log offset -1, where Kafka's tool dies with an exception.
+    """
     checked = 0
     with open(log_path, "rb", buffering=0) as f:
         fd = f.fileno()
@@ -821,45 +1024,26 @@ def _verify_offset_index(
         prev: OffsetPosition | None = None
         for n, entry in enumerate(index):
             checked += 1
-            offset, position = entry
-            problems: list[tuple[str, int | None]] = []
-            if offset < base:
-                problems.append((f"offset {offset} is below the base offset {base}", None))
-            if prev is not None and offset <= prev.offset:
-                problems.append(
-                    (
-                        f"offset {offset} is not above the previous entry's {prev.offset}",
-                        None,
-                    )
-                )
-            if prev is not None and position <= prev.position:
-                problems.append(
-                    (f"position {position} is not above the previous entry's {prev.position}", None)
+            for found in _offset_entry_checks(
+                entry,
+                prev,
+                base=index.base_offset,
+                fd=fd,
+                file_size=file_size,
+                log_path=log_path,
+            ):
+                printer.mismatch(
+                    found.check,
+                    {
+                        "entry": n,
+                        "offset": entry.offset,
+                        "position": entry.position,
+                        "logOffset": found.log_offset,
+                        "message": found.message,
+                    },
+                    found.line,
                 )
             prev = entry
-            if position >= file_size:
-                problems.append(
-                    (f"position {position} is past the end of {log_path} ({file_size} bytes)", None)
-                )
-            else:
-                try:
-                    header = _header_at(fd, position, file_size, log_path)
-                except TierlogError as exc:
-                    problems.append(
-                        (f"no record batch at position {position} of {log_path}: {exc}", None)
-                    )
-                else:
-                    if header.last_offset != offset:
-                        problems.append(
-                            (
-                                f"index offset {offset}, log offset {header.last_offset}: the "
-                                f"batch at position {position} of {log_path} ends at offset "
-                                f"{header.last_offset}",
-                                header.last_offset,
-                            )
-                        )
-            for message, log_offset in problems:
-                _offset_mismatch(printer, path, n, entry, message, log_offset=log_offset)
     printer.summary(segment=str(log_path), entriesChecked=checked)
     printer.line(f"Verified {checked} entries against {log_path}")
 
@@ -868,29 +1052,37 @@ class _BatchCursor:
     """Walks a segment's batch headers forward to the first batch ending at or after an offset.
 
     Time index entries come in offset order, so one pass over the segment serves them all; an
-    entry whose offset goes backwards (a corrupt index) restarts the walk from the start.
+    entry whose offset goes backwards (a corrupt index) restarts the walk from the start. Where
+    the segment stops being readable (a torn or overflowing batch, garbage), the walk ends and
+    ``error`` says why, as Kafka's batch iterator ends there.
     """
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._batches: Iterator[tuple[int, RecordBatch]] | None = None
-        self._current: RecordBatch | None = None
+        self._current: tuple[int, RecordBatch] | None = None
         self._target = -1
+        self.error: TierlogError | None = None
 
-    def first_ending_at_or_after(self, offset: int) -> RecordBatch | None:
+    def first_ending_at_or_after(self, offset: int) -> tuple[int, RecordBatch] | None:
+        """``(position, header)`` of that batch, or ``None`` (then see ``error``)."""
         if self._batches is None or offset < self._target:
             self.close()
+            self.error = None
             self._batches = iter_batches(self._path, verify_crc=False)
             self._current = self._next()
         self._target = offset
-        while self._current is not None and self._current.last_offset < offset:
+        while self._current is not None and self._current[1].last_offset < offset:
             self._current = self._next()
         return self._current
 
-    def _next(self) -> RecordBatch | None:
+    def _next(self) -> tuple[int, RecordBatch] | None:
         assert self._batches is not None
-        item = next(self._batches, None)
-        return None if item is None else item[1]
+        try:
+            return next(self._batches, None)
+        except TierlogError as exc:
+            self.error = exc
+            return None
 
     def close(self) -> None:
         if self._batches is not None:
@@ -900,98 +1092,152 @@ class _BatchCursor:
             self._batches = None
 
 
-def _time_mismatch(
+def _records_max_timestamp(fd: int, position: int, header: RecordBatch, path: Path) -> int:
+    """The largest timestamp among a batch's records, as Kafka's tool computes it (deep)."""
+    block = _pread_exact(
+        fd, header.size_in_bytes - RECORD_BATCH_OVERHEAD, position + RECORD_BATCH_OVERHEAD, path
+    )
+    records = decode_records(header, block, path=str(path), position=position)
+    return max((r.timestamp for r in records), default=NO_TIMESTAMP)
+
+
+def _time_entry_checks(
+    n: int, entry: TimestampOffset, prev: TimestampOffset | None, base: int
+) -> list[_Found]:
+    """What is wrong with one time index entry's order, given the previous entry.
+
+    Before the first entry the previous timestamp is -1 (``NO_TIMESTAMP``), as in Kafka: an
+    index never holds an entry at or below it.
+    """
+    timestamp, offset = entry
+    found: list[_Found] = []
+    if offset < base:
+        found.append(
+            _Found(
+                Check.BELOW_BASE_OFFSET,
+                f"offset {offset} is below the base offset {base}",
+                f"  Index offset: {offset}, base offset: {base}",
+            )
+        )
+    if prev is not None and offset < prev.offset:
+        found.append(
+            _Found(
+                Check.OFFSET_ORDER,
+                f"offset {offset} is below the previous entry's offset {prev.offset}",
+                f"  Index offset: {offset}, Previously indexed offset: {prev.offset}",
+            )
+        )
+    prev_timestamp = NO_TIMESTAMP if prev is None else prev.timestamp
+    if timestamp <= prev_timestamp:
+        previous = (
+            f"the previous entry's timestamp {prev_timestamp}"
+            if n
+            else f"{NO_TIMESTAMP}, the timestamp of no record (every entry's is above it)"
+        )
+        found.append(
+            _Found(
+                Check.TIMESTAMP_ORDER,
+                f"timestamp {timestamp} is not above {previous}",
+                f"  Index timestamp: {timestamp}, Previously indexed timestamp: {prev_timestamp}",
+            )
+        )
+    return found
+
+
+def _time_entry_batch_check(
     printer: Printer,
-    path: Path,
-    n: int,
     entry: TimestampOffset,
-    message: str,
+    cursor: _BatchCursor,
+    fd: int,
+    log_path: Path,
     *,
-    batch: RecordBatch | None = None,
-) -> None:
-    printer.mismatch(
-        {
-            "entry": n,
-            "timestamp": entry.timestamp,
-            "offset": entry.offset,
-            "logOffset": None if batch is None else batch.last_offset,
-            "logTimestamp": None if batch is None else batch.max_timestamp,
-            "message": message,
-        },
-        f"{path}: entry {n} (timestamp: {entry.timestamp} offset: {entry.offset}): {message}",
+    deep: bool,
+) -> _Found | None:
+    """What is wrong between a time index entry and its segment: Kafka's two checks.
+
+    The first batch whose last offset is >= the entry's must end exactly at it, and its max
+    timestamp (with ``deep``, its records' largest timestamp, as Kafka's tool computes it) must
+    be the entry's. Records that cannot be decoded are reported as the segment's problem.
+    """
+    timestamp, offset = entry
+    located = cursor.first_ending_at_or_after(offset)
+    if located is None:
+        if cursor.error is None:
+            return _Found(
+                Check.OFFSET_NOT_FOUND,
+                f"offset {offset} is not in {log_path}: no batch ends at or after it",
+                f"Indexed offset: {offset}, found log offset: -1",
+            )
+        at = getattr(cursor.error, "position", None)
+        return _Found(
+            Check.OFFSET_NOT_FOUND,
+            f"offset {offset} was not found: {log_path} cannot be read past a corrupt batch: "
+            f"{cursor.error}",
+            f"Indexed offset: {offset}, found log offset: -1 (the segment is unreadable from "
+            f"position {at})",
+        )
+    position, batch = located
+    if batch.last_offset != offset:
+        return _Found(
+            Check.OFFSET_NOT_FOUND,
+            f"indexed offset {offset}, found log offset {batch.last_offset}: no batch of "
+            f"{log_path} ends at offset {offset}",
+            f"Indexed offset: {offset}, found log offset: {batch.last_offset}",
+            batch.last_offset,
+            batch.max_timestamp,
+        )
+    log_timestamp = batch.max_timestamp
+    what = "has max timestamp"
+    if deep:
+        try:
+            log_timestamp = _records_max_timestamp(fd, position, batch, log_path)
+        except TierlogError as exc:
+            _problem_from(printer, exc, log_path)
+            return None
+        what = "holds records up to timestamp"
+    if log_timestamp == timestamp:
+        return None
+    return _Found(
+        Check.TIMESTAMP,
+        f"index timestamp {timestamp}, log timestamp {log_timestamp}: the batch of {log_path} "
+        f"ending at offset {offset} {what} {log_timestamp}",
+        f"  Index timestamp: {timestamp}, log timestamp: {log_timestamp}",
+        batch.last_offset,
+        log_timestamp,
     )
 
 
-def _verify_time_index(printer: Printer, target: Target, index: TimeIndex, log_path: Path) -> None:
-    """Check each entry's order and that its offset ends a batch whose max timestamp it holds."""
-    path = target.path
-    base = index.base_offset
+def _verify_time_index(printer: Printer, index: TimeIndex, log_path: Path, *, deep: bool) -> None:
+    """Check each entry's order, that its offset ends a batch, and that batch's max timestamp."""
     checked = 0
     cursor = _BatchCursor(log_path)
     prev: TimestampOffset | None = None
-    try:
-        for n, entry in enumerate(index):
-            checked += 1
-            timestamp, offset = entry
-            if offset < base:
-                _time_mismatch(
-                    printer, path, n, entry, f"offset {offset} is below the base offset {base}"
+    with open(log_path, "rb", buffering=0) as f:
+        try:
+            for n, entry in enumerate(index):
+                checked += 1
+                found = _time_entry_checks(n, entry, prev, index.base_offset)
+                in_log = _time_entry_batch_check(
+                    printer, entry, cursor, f.fileno(), log_path, deep=deep
                 )
-            if prev is not None and timestamp <= prev.timestamp:
-                _time_mismatch(
-                    printer,
-                    path,
-                    n,
-                    entry,
-                    f"timestamp {timestamp} is not above the previous entry's timestamp "
-                    f"{prev.timestamp}",
-                )
-            if prev is not None and offset < prev.offset:
-                _time_mismatch(
-                    printer,
-                    path,
-                    n,
-                    entry,
-                    f"offset {offset} is below the previous entry's offset {prev.offset}",
-                )
-            prev = entry
-            try:
-                batch = cursor.first_ending_at_or_after(offset)
-            except TierlogError as exc:
-                _problem_from(printer, exc, log_path)
-                printer.note(f"the entries of {path} from entry {n} on were not verified")
-                break
-            if batch is None:
-                _time_mismatch(
-                    printer,
-                    path,
-                    n,
-                    entry,
-                    f"offset {offset} is not in {log_path} (no batch ends at or after it)",
-                )
-            elif batch.last_offset != offset:
-                _time_mismatch(
-                    printer,
-                    path,
-                    n,
-                    entry,
-                    f"indexed offset {offset}, found log offset {batch.last_offset}: no batch "
-                    f"of {log_path} ends at offset {offset}",
-                    batch=batch,
-                )
-            elif batch.max_timestamp != timestamp:
-                _time_mismatch(
-                    printer,
-                    path,
-                    n,
-                    entry,
-                    f"index timestamp {timestamp}, log timestamp {batch.max_timestamp}: the "
-                    f"batch of {log_path} ending at offset {offset} has max timestamp "
-                    f"{batch.max_timestamp}",
-                    batch=batch,
-                )
-    finally:
-        cursor.close()
+                if in_log is not None:
+                    found.append(in_log)
+                for item in found:
+                    printer.mismatch(
+                        item.check,
+                        {
+                            "entry": n,
+                            "timestamp": entry.timestamp,
+                            "offset": entry.offset,
+                            "logOffset": item.log_offset,
+                            "logTimestamp": item.log_timestamp,
+                            "message": item.message,
+                        },
+                        item.line,
+                    )
+                prev = entry
+        finally:
+            cursor.close()
     printer.summary(segment=str(log_path), entriesChecked=checked)
     printer.line(f"Verified {checked} entries against {log_path}")
 
@@ -1103,25 +1349,64 @@ def dump_partition_metadata(printer: Printer, target: Target) -> None:
     printer.line(f"version: {metadata.version} topicId: {metadata.topic_id}")
 
 
+def dump_offsets_checkpoint(printer: Printer, target: Target) -> None:
+    """``tierlog-offsets-checkpoint``: what tierlog's recovery will start from.
+
+    Read with recovery's own reader, so a file it refuses is reported as it would refuse it.
+    """
+    from tierlog.log.recovery import read_offsets_checkpoint
+
+    printer.begin(target, items=None)
+    checkpoint = read_offsets_checkpoint(target.path.parent)
+    if checkpoint is None:  # removed since the directory was listed
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(target.path))
+    printer.summary(
+        recoveryPoint=checkpoint.recovery_point,
+        logStartOffset=checkpoint.log_start_offset,
+        highWatermark=checkpoint.high_watermark,
+        cleanShutdown=checkpoint.clean_shutdown,
+    )
+    printer.line(
+        f"recoveryPoint: {checkpoint.recovery_point} logStartOffset: "
+        f"{checkpoint.log_start_offset} highWatermark: {checkpoint.high_watermark} "
+        f"cleanShutdown: {_java_bool(checkpoint.clean_shutdown)}"
+    )
+
+
 # --- planning and running ----------------------------------------------------------------------
 
 
-def plan(paths: Sequence[str], mode: Mode, printer: Printer) -> list[Target]:
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The files to dump, in order, and the directory entries left out, with the reason."""
+
+    targets: list[Target]
+    skipped: list[tuple[Path, str]]
+
+
+def plan(paths: Sequence[str], mode: Mode, printer: Printer) -> Plan:
     """The files to dump, in order; ``InvalidArgumentError`` (exit 2) before any output.
 
     A directory gives its known files, partition-level ones first, then by offset and kind. In
     an index mode, a ``.log`` named explicitly brings its indexes right after it.
     """
     targets: list[Target] = []
+    skipped: list[tuple[Path, str]] = []
     for arg in paths:
         path = Path(arg)
         if path.is_dir():
-            targets.extend(_directory(path, printer))
+            targets.extend(_directory(path, skipped))
             continue
         if not path.exists():
             raise InvalidArgumentError(f"no such file or directory: {arg}")
         target = classify(path)
         if target is None:
+            temp_of = _temp_file_of(path)
+            if temp_of is not None:
+                raise InvalidArgumentError(
+                    f"{arg} is {_temp_reason(temp_of)}; to read it anyway, copy it to a file "
+                    f"named {temp_of} in another directory and dump that"
+                )
             raise InvalidArgumentError(
                 f"cannot tell what {arg} holds from its name; expected {_KNOWN_KINDS}"
             )
@@ -1135,7 +1420,7 @@ def plan(paths: Sequence[str], mode: Mode, printer: Printer) -> list[Target]:
         if key not in seen:
             seen.add(key)
             unique.append(target)
-    return unique
+    return Plan(unique, skipped)
 
 
 def _indexes_of(log: Target, mode: Mode, printer: Printer) -> list[Target]:
@@ -1155,17 +1440,58 @@ def _indexes_of(log: Target, mode: Mode, printer: Printer) -> list[Target]:
     return found
 
 
-def _directory(directory: Path, printer: Printer) -> list[Target]:
+def _temp_file_of(path: Path) -> str | None:
+    """The name ``path`` is a temporary copy of (``atomic_write``'s ``<name>.tmp``), if any."""
+    name = path.name
+    if name.endswith(_TEMP_SUFFIX) and classify(path.with_name(name[: -len(_TEMP_SUFFIX)])):
+        return name[: -len(_TEMP_SUFFIX)]
+    return None
+
+
+def _temp_reason(name: str) -> str:
+    return (
+        f"an unfinished atomic write of {name} (a crash came before its rename; recovery "
+        "deletes it unread)"
+    )
+
+
+def _skip_reason(entry: Path) -> str:
+    """Why a directory entry that ``classify`` does not know is not dumped."""
+    if entry.is_dir():
+        return "a directory"
+    if not entry.is_file():
+        return "not a regular file"
+    temp_of = _temp_file_of(entry)
+    if temp_of is not None:
+        return _temp_reason(temp_of)
+    if entry.name.endswith((".checkpoint", ".checkpoint.deleted")):
+        return "a KRaft metadata snapshot, not a file of a topic partition"
+    return "not a file Kafka or tierlog keeps in a partition directory"
+
+
+def _directory(directory: Path, skipped: list[tuple[Path, str]]) -> list[Target]:
+    """Every file of a partition directory that ``classify`` knows, in dump order.
+
+    That includes the leftovers of interrupted operations (``.swap``, ``.cleaned``,
+    ``.deleted``), after the live file of the same name, because recovery acts on them and they
+    are what one looks at after a crash. Anything else goes to ``skipped`` with the reason.
+    """
     targets: list[Target] = []
     for entry in sorted(directory.iterdir()):
         target = classify(entry) if entry.is_file() else None
-        if target is None or target.extra:
-            printer.note(f"ignoring {entry} (not a file of a live partition)")
+        if target is None:
+            skipped.append((entry, _skip_reason(entry)))
             continue
         targets.append(target)
-    if not targets:
-        printer.note(f"{directory} holds no segment, index, checkpoint or snapshot files")
-    targets.sort(key=lambda t: (t.offset is not None, t.offset or 0, _ORDER[t.kind], t.path.name))
+    targets.sort(
+        key=lambda t: (
+            t.offset is not None,
+            t.offset or 0,
+            _ORDER[t.kind],
+            _EXTRA_ORDER[t.extra],
+            t.path.name,
+        )
+    )
     return targets
 
 
@@ -1180,14 +1506,16 @@ def add_parser(commands: Any) -> None:
         "dump",
         help="print segments, indexes, checkpoints and snapshots (like kafka-dump-log)",
         description="Print the content of a partition's files in kafka-dump-log's format (or "
-        "JSON). Exit code: 0 fine, 1 corruption or index mismatch found, 2 usage error.",
+        "JSON). Exit code: 0 fine, 1 corruption or index mismatch found (unlike kafka-dump-log, "
+        "which exits 0 either way), 2 usage error.",
     )
     dump.add_argument(
         "paths",
         nargs="+",
         metavar="PATH",
-        help="a .log, .index, .timeindex, .txnindex, .snapshot, leader-epoch-checkpoint or "
-        "partition.metadata file, or a partition directory",
+        help="a .log, .index, .timeindex, .txnindex, .snapshot, leader-epoch-checkpoint, "
+        "tierlog-offsets-checkpoint or partition.metadata file (also with .deleted, .cleaned or "
+        ".swap appended), or a partition directory (other entries are skipped with a note)",
     )
     dump.add_argument(
         "--deep",
@@ -1206,7 +1534,9 @@ def add_parser(commands: Any) -> None:
         "--verify-index-only",
         action="store_true",
         help="check .index and .timeindex entries against their segment instead of listing "
-        "them (a .log given also gets its indexes checked)",
+        "them (a .log given also gets its indexes checked); mismatches are reported on stderr "
+        "in kafka-dump-log's words after the dump, and make the exit code 1 (kafka-dump-log "
+        "exits 0); with --deep, time index timestamps are checked against the records",
     )
     checks.add_argument(
         "--index-sanity-check",
@@ -1229,9 +1559,13 @@ def run_dump(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
     # Plan with a text printer so that usage errors (exit 2) leave stdout empty.
     notes = Printer(False, out, err)
-    targets = plan(args.paths, mode, notes)
+    planned = plan(args.paths, mode, notes)
     printer = Printer(bool(args.json), out, err)
-    for target in targets:
+    for path, reason in planned.skipped:
+        printer.skip(path, reason)
+    if not planned.targets:
+        printer.note("nothing to dump: no segment, index, checkpoint or snapshot file was found")
+    for target in planned.targets:
         try:
             _dump_one(printer, target, mode, deep, bool(args.print_data_log))
         except BrokenPipeError:
@@ -1253,12 +1587,14 @@ def _dump_one(printer: Printer, target: Target, mode: Mode, deep: bool, print_da
     elif kind is Kind.OFFSET_INDEX:
         dump_offset_index(printer, target, mode)
     elif kind is Kind.TIME_INDEX:
-        dump_time_index(printer, target, mode)
+        dump_time_index(printer, target, mode, deep=deep)
     elif kind is Kind.TXN_INDEX:
         dump_txn_index(printer, target, mode)
     elif kind is Kind.PRODUCER_SNAPSHOT:
         dump_producer_snapshot(printer, target)
     elif kind is Kind.LEADER_EPOCH_CHECKPOINT:
         dump_leader_epoch_checkpoint(printer, target)
+    elif kind is Kind.OFFSETS_CHECKPOINT:
+        dump_offsets_checkpoint(printer, target)
     else:
         dump_partition_metadata(printer, target)
