@@ -1,6 +1,6 @@
 """Benchmark of the record batch format: shallow scan, deep decode, build and append.
 
-Run: ``.venv/bin/python bench/log_format.py [--size-mib 1024] [--deep-mib 32] [--cold]``.
+Run: ``.venv/bin/python bench/log_format.py [--size-mib 1024] [--deep-mib 32] [--cold] [--pure]``.
 
 The segment is generated under a temporary directory (``--dir`` to choose where; deleted unless
 ``--keep``) the way producers fill a real one: batches of about ``--batch-kib`` KiB of records
@@ -21,7 +21,9 @@ Figures, against the goals and the peers:
   ``DefaultRecordBatch`` (CRC validated, every record iterated) on the same ``--deep-mib`` MiB of
   batches, for every codec; goal >= 3x. Measured in CPU time (``time.process_time``), the
   sample cut in 8 parts each timed ``--repeat`` times alternating the decoders, best kept, so
-  other processes on the machine disturb the ratio less;
+  other processes on the machine disturb the ratio less. tierlog decodes records with its C
+  accelerator when it is built (``tierlog.log.record.SPEEDUPS``; the report says which decoder
+  ran); ``--pure`` also times the pure-Python decoder on the same batches, for comparison;
 - **build**: ``build_batch`` MB/s and records/s (uncompressed and per codec);
 - **append**: stamping offsets and leader epoch into built batches and writing them, MB/s.
 
@@ -32,6 +34,7 @@ Writes ``bench/results/log_format.json`` and, if matplotlib is importable,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -40,10 +43,12 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tierlog.log import batch as batch_module
+from tierlog.log import record as record_module
 from tierlog.log.batch import build_batch, set_base_offset, set_partition_leader_epoch
 from tierlog.log.compression import CompressionType
 from tierlog.log.crc import HARDWARE_ACCELERATED
@@ -184,12 +189,30 @@ def best_cpu(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, flo
     return best
 
 
-def deep_compare(batches: list[bytes], repeat: int, groups: int = 8) -> dict[str, float]:
+DECODER = "C accelerator" if record_module.SPEEDUPS else "pure Python"
+"""The record decoder tierlog uses in this process (``TIERLOG_NO_SPEEDUPS=1`` rules C out)."""
+
+
+@contextlib.contextmanager
+def pure_decoder() -> Iterator[None]:
+    """Make the batch layer decode records with the pure-Python decoder for a while."""
+    saved = batch_module.decode_block
+    batch_module.decode_block = record_module.decode_block_pure
+    try:
+        yield
+    finally:
+        batch_module.decode_block = saved
+
+
+def deep_compare(
+    batches: list[bytes], repeat: int, groups: int = 8, pure: bool = False
+) -> dict[str, float]:
     """Records/s of both decoders over the same batches.
 
     The batches are cut into ``groups``; each group is timed ``repeat`` times for each decoder,
     alternating, and the best times are summed: a burst of load from other processes then spoils
-    one short sample, not a whole figure.
+    one short sample, not a whole figure. With ``pure``, tierlog's pure-Python record decoder is
+    timed too (``tierlog_pure_records_per_s``, ``ratio_pure``).
     """
     records = sum(int.from_bytes(b[57:61], "big") for b in batches)
     size = (len(batches) + groups - 1) // groups
@@ -213,12 +236,18 @@ def deep_compare(batches: list[bytes], repeat: int, groups: int = 8) -> dict[str
             for _ in batch:
                 pass
 
-    total = {"tierlog": 0.0, "kafka-python": 0.0}
+    def ours_pure(data: bytes) -> None:
+        with pure_decoder():
+            ours(data)
+
+    total = {"tierlog": 0.0, "kafka-python": 0.0, "tierlog-pure": 0.0}
     for chunk in chunks:
         joined = b"".join(chunk)
         fns: dict[str, Callable[[], object]] = {"tierlog": lambda joined=joined: ours(joined)}
         if DefaultRecordBatch is not None:
             fns["kafka-python"] = lambda chunk=chunk: theirs(chunk)
+        if pure:
+            fns["tierlog-pure"] = lambda joined=joined: ours_pure(joined)
         for name, secs in best_cpu(fns, repeat).items():
             total[name] += secs
     out = {
@@ -229,6 +258,10 @@ def deep_compare(batches: list[bytes], repeat: int, groups: int = 8) -> dict[str
     if DefaultRecordBatch is not None:
         out["kafka_python_records_per_s"] = records / total["kafka-python"]
         out["ratio"] = total["kafka-python"] / total["tierlog"]
+    if pure:
+        out["tierlog_pure_records_per_s"] = records / total["tierlog-pure"]
+        if DefaultRecordBatch is not None:
+            out["ratio_pure"] = total["kafka-python"] / total["tierlog-pure"]
     return out
 
 
@@ -279,6 +312,9 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where to write the segment")
     parser.add_argument("--keep", action="store_true", help="keep the generated segment")
     parser.add_argument("--seed", type=int, default=405)
+    parser.add_argument(
+        "--pure", action="store_true", help="also time tierlog's pure-Python record decoder"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     size = args.size_mib * MIB
@@ -289,6 +325,7 @@ def main() -> None:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "crc32c_hardware": HARDWARE_ACCELERATED,
+        "record_decoder": DECODER,
         "batch_kib": args.batch_kib,
         "cold_cache": args.cold,
     }
@@ -345,7 +382,7 @@ def main() -> None:
         log("deep decode ...")
         results["deep"] = {}
         for name, batches in samples.items():
-            results["deep"][name] = deep_compare(batches, args.repeat)
+            results["deep"][name] = deep_compare(batches, args.repeat, pure=args.pure)
             d = results["deep"][name]
             log(
                 f"  {name:6s} {d['tierlog_records_per_s']:>10,.0f} records/s  "
@@ -376,7 +413,10 @@ def main() -> None:
         f"  scan, no CRC        {s['scan_no_crc_mb_per_s']:>9,.0f} MB/s   "
         f"ratio {s['ratio_no_crc']:.2f}"
     )
-    print(f"deep decode ({args.deep_mib} MiB per codec, CPU time), tierlog vs kafka-python:")
+    print(
+        f"deep decode ({args.deep_mib} MiB per codec, CPU time), tierlog vs kafka-python "
+        f"(record decoder: {DECODER}):"
+    )
     for name, d in results["deep"].items():
         ratio = d.get("ratio")
         verdict = (
@@ -389,6 +429,11 @@ def main() -> None:
             f"  {name:6s} {d['tierlog_records_per_s']:>10,.0f} vs "
             f"{d.get('kafka_python_records_per_s', 0):>9,.0f} records/s   {verdict}"
         )
+        if "tierlog_pure_records_per_s" in d:
+            print(
+                f"    pure {d['tierlog_pure_records_per_s']:>10,.0f} records/s "
+                f"(pure-Python decoder)           ratio {d.get('ratio_pure', 0):.2f}"
+            )
     print("build (build_batch):")
     for name, b in results["build"].items():
         print(

@@ -162,3 +162,25 @@ def test_missing_library_names_the_package(
     assert e.value.codec == codec.kafka_name and e.value.package == package
     with pytest.raises(UnsupportedCodecError, match=codec.kafka_name):
         compress(codec, b"data")
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+@pytest.mark.parametrize("size", [0, 1, 65_535, 65_536, 65_537, 300_000])
+def test_limit_is_exact(codec: CompressionType, size: int) -> None:
+    # Sizes around lz4's first output step (64 KiB) and past it: the limit is exact either way.
+    data = (TEXT * 2)[:size]
+    packed = compress(codec, data)
+    assert decompress(codec, packed, max_size=size) == data
+    if size:
+        with pytest.raises(CorruptRecordError, match=f"more than {size - 1} bytes"):
+            decompress(codec, packed, max_size=size - 1)
+
+
+def test_small_zstd_frames_concatenate_and_truncate() -> None:
+    # Blocks of one step or less take a one-call path; several frames or a cut one leave it.
+    one, two = compress(CompressionType.ZSTD, b"one,"), compress(CompressionType.ZSTD, b"two")
+    assert decompress(CompressionType.ZSTD, one + two) == b"one,two"
+    with pytest.raises(CorruptRecordError, match="truncated"):
+        decompress(CompressionType.ZSTD, one + two[:-2])
+    with pytest.raises(CorruptRecordError, match="more than 5 bytes"):
+        decompress(CompressionType.ZSTD, one + two, max_size=5)

@@ -15,12 +15,25 @@ This is the hot path of deep iteration and of building batches, and its shape fo
 cheaper than a dataclass); a whole block is decoded by one loop over its ``bytes`` with the one-
 and two-byte varints (nearly every length, delta and count) read inline through lookup tables,
 and encoded with ready-made varint bytes for the values below 8192.
+
+Decoding has an optional C accelerator, ``tierlog.log._speedups`` (``_speedups.c``, compiled
+when the package is installed by the build hook ``hatch_build.py``; an editable install builds
+it next to this file, so re-run ``pip install -e`` after editing it): about 8x faster than the
+loop below, it is what ``decode_block`` is when it could be imported. ``decode_block_pure`` is
+the reference: the C code gives the same records and raises the same ``BlockError`` (message and
+offset) for every input, which ``tests/log/test_speedups.py`` checks on generated and corrupt
+blocks, and it hands any argument outside its fast path (not exactly ``bytes`` and 64-bit ints,
+keywords) to ``decode_block_pure``. Without a compiler the install still succeeds and
+``decode_block`` is ``decode_block_pure``; so it is too when ``TIERLOG_NO_SPEEDUPS=1`` is set at
+import (to rule the accelerator out when chasing a bug). ``SPEEDUPS`` tells which one is in use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final, NamedTuple
+import importlib
+import os
+from collections.abc import Callable, Iterable
+from typing import Final, NamedTuple, TypeAlias
 
 from tierlog.log._varint import (
     ENCODED,
@@ -155,10 +168,10 @@ def encode_records(
     return b"".join(parts), count, prev_delta, max_ts
 
 
-def decode_block(
+def decode_block_pure(
     data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
 ) -> list[Record]:
-    """Decode ``count`` records filling exactly ``data``.
+    """Decode ``count`` records filling exactly ``data`` (in pure Python; see ``decode_block``).
 
     The hot loop of deep iteration: varints of one and two bytes (nearly all lengths, deltas and
     counts) are read inline through ``ZIGZAG_1``/``ZIGZAG_2``; longer ones take the general
@@ -328,3 +341,30 @@ def _decode_headers(data: bytes, pos: int, record_end: int) -> tuple[tuple[Heade
             headers.append((key, data[pos : pos + n]))
             pos += n
     return tuple(headers), pos
+
+
+DecodeBlock: TypeAlias = Callable[[bytes, int, int, int, int | None], list[Record]]
+
+
+def _load_speedups() -> DecodeBlock | None:
+    """The C ``decode_block``, or ``None`` if it is not built or ``TIERLOG_NO_SPEEDUPS`` is set."""
+    if os.environ.get("TIERLOG_NO_SPEEDUPS", "") not in ("", "0"):
+        return None
+    try:
+        speedups = importlib.import_module("tierlog.log._speedups")
+    except ImportError:
+        return None
+    speedups.configure(Record, BlockError, decode_block_pure)
+    fast: DecodeBlock = speedups.decode_block
+    return fast
+
+
+_accelerated = _load_speedups()
+
+SPEEDUPS: Final[bool] = _accelerated is not None
+"""Whether ``decode_block`` is the C accelerator (``False``: the pure-Python decoder)."""
+
+decode_block: Final[DecodeBlock] = decode_block_pure if _accelerated is None else _accelerated
+"""Decode ``count`` records filling exactly ``data``: ``(data, count, base_offset,
+base_timestamp, log_append_time)``, a ``BlockError`` if the block is corrupt. The C accelerator
+when it is built, else ``decode_block_pure`` (see the module docstring)."""
