@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from tierlog._durable import fsync_directory
+from tierlog._durable import atomic_write, fsync_directory
 from tierlog.log.batch import (
     LOG_OVERHEAD,
     RecordBatch,
@@ -65,6 +65,7 @@ from tierlog.log.batch import (
     verify_crc,
 )
 from tierlog.log.checkpoint import (
+    EpochEntry,
     encode_leader_epoch_checkpoint,
     read_partition_metadata,
     write_partition_metadata,
@@ -76,6 +77,7 @@ from tierlog.log.files import (
     offset_index_file,
     parse_log_dir_name,
     partition_metadata_file,
+    producer_snapshot_file,
     time_index_file,
     transaction_index_file,
 )
@@ -1597,6 +1599,48 @@ class LocalLog:
                 txn_index_empty=txn_empty,
                 data=data,
             )
+
+    def restore_remote_aux_state(
+        self,
+        next_offset: int,
+        *,
+        log_start_offset: int,
+        leader_epochs: Iterable[EpochEntry | tuple[int, int]],
+        producer_snapshot: bytes,
+    ) -> None:
+        """Restart the log empty at ``next_offset`` with the state of the remote data before it
+        (Kafka's ``TierStateMachine.buildRemoteLogAuxState``, follower side).
+
+        A follower whose fetch offset is only in remote storage keeps no local data below
+        ``next_offset`` (the end of the remote segment + 1) but needs the leader epochs and the
+        producer state up to there: the epochs are those of the segment's leader-epoch
+        checkpoint, the producer snapshot is written as ``<next_offset>.snapshot`` (atomically)
+        and loaded.
+        """
+        if next_offset < 0 or log_start_offset < 0:
+            raise InvalidArgumentError(
+                f"invalid offsets to restart at: next {next_offset}, log start {log_start_offset}"
+            )
+        with self._lock:
+            self._check_open()
+            self._truncate_fully_and_start_at(next_offset, log_start_offset)
+            self._epochs.assign_all(leader_epochs)
+            self._epochs.flush()
+            atomic_write(
+                producer_snapshot_file(self._dir, next_offset), producer_snapshot, sync=self._sync
+            )
+            self._psm.truncate_fully_and_reload_snapshots()
+            rebuild_producer_state(
+                self._psm,
+                self._segments,
+                # The snapshot at ``next_offset`` must load even when the log starts there.
+                min(self._log_start_offset, next_offset - 1) if next_offset > 0 else 0,
+                next_offset,
+                now=self._clock(),
+                reload_from_clean_shutdown=False,
+            )
+            self._maybe_increment_first_unstable_offset()
+            self._write_checkpoint()
 
     def _build_producer_snapshot(self, offset: int) -> Path:
         scratch = ProducerStateManager(

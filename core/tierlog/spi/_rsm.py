@@ -12,6 +12,7 @@ from tierlog.spi._model import (
     IndexType,
     LogSegmentData,
     RemoteLogSegmentMetadata,
+    TopicIdPartition,
 )
 
 
@@ -101,6 +102,14 @@ class RemoteStorageManager(abc.ABC):
         ``RemoteResourceNotFoundException``). Raises ``RetriableRemoteStorageException`` for a
         transient failure.
         """
+
+    def delete_partition(  # noqa: B027 - optional: a no-op default is the contract
+        self, topic_id_partition: TopicIdPartition
+    ) -> None:
+        """Remove what is left of a partition once all its segments are deleted (directories,
+        prefixes, manifests). Optional, as KAFKA-15166 proposes it for Kafka's RSM: the
+        RemoteLogManager calls it after deleting every segment of a partition whose topic is
+        deleted. Idempotent; the default does nothing."""
 
     def close(self) -> None:  # noqa: B027 - a no-op default is the contract
         """Release clients, threads and files. A second call must be harmless; the default

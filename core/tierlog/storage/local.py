@@ -112,8 +112,17 @@ DELETE_ON_CLOSE_CONFIG: Final = "delete.on.close"
 DELETE_ENABLE_CONFIG: Final = "delete.enable"
 NODE_ID_CONFIG: Final = "node.id"
 BROKER_ID_CONFIG: Final = "broker.id"
+LOG_DIR_CONFIG: Final = "log.dir"
+"""Set by the RemoteLogManager for every RSM (as Kafka's ``configureRSM`` does); unused here."""
 KNOWN_CONFIGS: Final = frozenset(
-    {DIR_CONFIG, DELETE_ON_CLOSE_CONFIG, DELETE_ENABLE_CONFIG, NODE_ID_CONFIG, BROKER_ID_CONFIG}
+    {
+        DIR_CONFIG,
+        DELETE_ON_CLOSE_CONFIG,
+        DELETE_ENABLE_CONFIG,
+        NODE_ID_CONFIG,
+        BROKER_ID_CONFIG,
+        LOG_DIR_CONFIG,
+    }
 )
 
 
@@ -606,6 +615,9 @@ class LocalTieredStorage(RemoteStorageManager):
 
     @staticmethod
     def _remove(fileset: _Fileset) -> int:
+        """Delete the segment's files, and the temp files of a copy of it that a crash cut
+        short (``.<prefix>...tmp``: the prefix holds the segment id, so no other segment's
+        write in progress can match). Returns the number of final files removed."""
         removed = 0
         for path in fileset.paths():
             try:
@@ -613,6 +625,12 @@ class LocalTieredStorage(RemoteStorageManager):
                 removed += 1
             except FileNotFoundError:
                 pass
+        try:
+            leftovers = list(fileset.directory.glob(f".{fileset.prefix}*{_TEMP_SUFFIX}"))
+        except FileNotFoundError:
+            leftovers = []
+        for path in leftovers:
+            path.unlink(missing_ok=True)
         return removed
 
     def _remove_quietly(self, fileset: _Fileset) -> None:
