@@ -6,7 +6,17 @@ Subcommands:
 - ``conformance --rsm NAME | --rlmm NAME [--config k=v ...]``: run the conformance suite on a
   plugin, exit code is the verdict;
 - ``metadata decode|encode|partition``: work with ``__remote_log_metadata`` records;
-- ``log dump PATH``: print Kafka-format log files, like ``kafka-dump-log``.
+- ``log dump PATH``: print Kafka-format log files, like ``kafka-dump-log``;
+- ``serve --config FILE [--override k=v ...]``: run a node with its HTTP API and metrics until
+  SIGTERM/SIGINT (``tierlog.cli._serve``);
+- ``produce``, ``consume``, ``topics [list|create|describe|alter|delete]``, ``status``: use a
+  running node through its HTTP API (``--url``, default ``$TIERLOG_URL`` or
+  ``http://127.0.0.1:8405``; ``tierlog.cli._client_cmds``);
+- ``quickstart``: the end-to-end demo on the embedded defaults (``tierlog.cli._quickstart``).
+
+Exit codes: 0 success, 1 a failed check or an I/O failure (a broken pipe, an address in use),
+2 a usage or tierlog error (the message is on stderr as ``tierlog: error: ...``), 130
+interrupted by Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,7 +27,15 @@ import sys
 from collections.abc import Sequence
 
 from tierlog._version import __version__
-from tierlog.cli import _conformance, _log, _metadata, _plugins
+from tierlog.cli import (
+    _client_cmds,
+    _conformance,
+    _log,
+    _metadata,
+    _plugins,
+    _quickstart,
+    _serve,
+)
 from tierlog.spi import TierlogError
 
 
@@ -35,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     _conformance.add_parser(commands)
     _metadata.add_parser(commands)
     _log.add_parser(commands)
+    _serve.add_parser(commands)
+    _client_cmds.add_parser(commands)
+    _quickstart.add_parser(commands)
     return parser
 
 
@@ -45,8 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(args_list)
     if extra and args.command != "conformance":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "configures_logging", False):
+        # ``serve`` sets up logging itself, from its configuration file.
+        level = logging.WARNING - 10 * min(args.verbose, 2)
+        logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "conformance":
             return int(args.handler(args, extra))
@@ -56,5 +79,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 1
-
-
+    except KeyboardInterrupt:  # Ctrl-C ends ``consume --follow``: no traceback for that
+        return 130

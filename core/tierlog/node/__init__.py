@@ -1,0 +1,26 @@
+"""A tierlog node: partitions under ``log.dirs``, tiered by the RemoteLogManager.
+
+``Node`` (``tierlog.node.node``) is the Python API, ``NodeConfig`` (``tierlog.node.config``) its
+Kafka-style configuration, ``tierlog.node.http_api`` the HTTP API and metrics endpoint that
+``tierlog serve`` runs beside it.
+"""
+
+from tierlog.node.config import NodeConfig
+from tierlog.node.node import (
+    FetchResult,
+    Node,
+    PartitionStatus,
+    ProduceResult,
+    ProducerRecord,
+    UnknownTopicError,
+)
+
+__all__ = [
+    "FetchResult",
+    "Node",
+    "NodeConfig",
+    "PartitionStatus",
+    "ProduceResult",
+    "ProducerRecord",
+    "UnknownTopicError",
+]

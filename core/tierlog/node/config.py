@@ -1,0 +1,242 @@
+"""A node's configuration: one Java-properties file with Kafka's broker keys, plus tierlog's own.
+
+``tierlog serve --config server.properties`` reads the same kind of file as
+``kafka-server-start``; the keys a node understands are:
+
+- Kafka's broker keys for the node itself: ``node.id`` (or the deprecated ``broker.id``),
+  ``log.dirs`` / ``log.dir``, ``num.partitions``, ``auto.create.topics.enable``,
+  ``log.retention.check.interval.ms``;
+- the broker defaults of topic configs (``log.segment.bytes``, ``log.retention.hours``,
+  ``log.local.retention.bytes``, ...: ``LogConfig.BROKER_KEYS``);
+- the RemoteLogManager's keys (``remote.log.*``, ``rsm.config.*``, ``rlmm.config.*``:
+  ``tierlog.rlm.config``);
+- tierlog's own, under ``tierlog.``: the HTTP API/metrics listener and the log format.
+
+Any other key is reported (a warning per key, and ``NodeConfig.unknown_keys``), as Kafka logs
+"The configuration X was supplied but isn't a known config": a misspelt key never passes
+silently. With ``tierlog.config.strict=true`` an unknown key is an error instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from tierlog.log.log_config import BROKER_KEYS, LogConfig
+from tierlog.properties import load_properties, parse_bool, parse_int, parse_long, parse_string
+from tierlog.rlm.config import RemoteLogManagerConfig
+from tierlog.spi import ConfigError
+
+__all__ = ["NODE_KEYS", "NodeConfig"]
+
+_LOG = logging.getLogger(__name__)
+
+_DEFAULT_LOG_DIR: Final = "/tmp/kafka-logs"
+_LOG_LEVELS: Final = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+
+NODE_KEYS: Final = frozenset(
+    {
+        "node.id",
+        "broker.id",
+        "log.dirs",
+        "log.dir",
+        "num.partitions",
+        "auto.create.topics.enable",
+        "log.retention.check.interval.ms",
+        "remote.log.storage.system.enable",
+        "tierlog.http.host",
+        "tierlog.http.port",
+        "tierlog.log.format",
+        "tierlog.log.level",
+        "tierlog.config.strict",
+        # Broker keys a single node has no use for but which a copied server.properties holds:
+        # accepted so that they are not reported as unknown.
+        "process.roles",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "controller.listener.names",
+        "listeners",
+        "advertised.listeners",
+        "inter.broker.listener.name",
+        "listener.security.protocol.map",
+        "num.network.threads",
+        "num.io.threads",
+        "socket.send.buffer.bytes",
+        "socket.receive.buffer.bytes",
+        "socket.request.max.bytes",
+        "num.recovery.threads.per.data.dir",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "group.initial.rebalance.delay.ms",
+    }
+)
+"""Keys read by the node itself (or knowingly ignored), beside the RLM's and the log defaults."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a ``Node`` needs, parsed and validated from Kafka-style properties."""
+
+    node_id: int = 0
+    log_dirs: tuple[Path, ...] = (Path(_DEFAULT_LOG_DIR),)
+    num_partitions: int = 1
+    auto_create_topics_enable: bool = True
+    log_retention_check_interval_ms: int = 300_000
+    http_host: str = "127.0.0.1"
+    http_port: int = 8405
+    log_format: str = "text"
+    log_level: str = "INFO"
+    rlm: RemoteLogManagerConfig = field(default_factory=RemoteLogManagerConfig)
+    props: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Every key as given (strings), for the topic defaults and for ``to_properties``."""
+    unknown_keys: tuple[str, ...] = ()
+    source: str | None = None
+
+    # Reading -------------------------------------------------------------------------------------
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], overrides: Mapping[str, str] | None = None
+    ) -> NodeConfig:
+        """Read ``path`` (Java properties); ``overrides`` (``--override k=v``) win."""
+        props = load_properties(path)
+        props.update(overrides or {})
+        return cls.from_props(props, source=os.fspath(path))
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, object], *, source: str | None = None) -> NodeConfig:
+        """Parse and validate; ``ConfigError`` names the key (and the file) at fault."""
+        text = {str(k): _to_text(v) for k, v in props.items()}
+        try:
+            return cls._parse(text, source)
+        except ConfigError as e:
+            if source is None:
+                raise
+            raise ConfigError(f"{source}: {e}") from e
+
+    @classmethod
+    def _parse(cls, props: Mapping[str, str], source: str | None) -> NodeConfig:
+        rlm, rlm_unknown = RemoteLogManagerConfig.from_props(props)
+        node_id = cls._node_id(props)
+        log_dirs = cls._log_dirs(props)
+        num_partitions = parse_int("num.partitions", props.get("num.partitions", "1"))
+        if num_partitions < 1:
+            raise ConfigError(
+                f"Invalid value {num_partitions} for configuration num.partitions: "
+                "Value must be at least 1"
+            )
+        interval = parse_long(
+            "log.retention.check.interval.ms",
+            props.get("log.retention.check.interval.ms", "300000"),
+        )
+        if interval < 1:
+            raise ConfigError(
+                f"Invalid value {interval} for configuration log.retention.check.interval.ms: "
+                "Value must be at least 1"
+            )
+        port = parse_int("tierlog.http.port", props.get("tierlog.http.port", "8405"))
+        if not 0 <= port <= 65535:
+            raise ConfigError(
+                f"Invalid value {port} for configuration tierlog.http.port: not a TCP port"
+            )
+        log_format = parse_string("tierlog.log.format", props.get("tierlog.log.format", "text"))
+        if log_format not in ("text", "json"):
+            raise ConfigError(
+                f"Invalid value {log_format} for configuration tierlog.log.format: "
+                "must be text or json"
+            )
+        log_level = parse_string("tierlog.log.level", props.get("tierlog.log.level", "INFO"))
+        if log_level.upper() not in _LOG_LEVELS:
+            raise ConfigError(
+                f"Invalid value {log_level} for configuration tierlog.log.level: must be one of "
+                f"{', '.join(_LOG_LEVELS)}"
+            )
+        unknown = tuple(
+            sorted(k for k in rlm_unknown if k not in NODE_KEYS and k not in BROKER_KEYS)
+        )
+        strict = parse_bool("tierlog.config.strict", props.get("tierlog.config.strict", "false"))
+        where = f" in {source}" if source else ""
+        for key in unknown:
+            if strict:
+                raise ConfigError(f"The configuration {key}{where} is not a known config")
+            _LOG.warning(
+                "The configuration %s was supplied%s but isn't a known config.", key, where
+            )
+        config = cls(
+            node_id=node_id,
+            log_dirs=log_dirs,
+            num_partitions=num_partitions,
+            auto_create_topics_enable=parse_bool(
+                "auto.create.topics.enable", props.get("auto.create.topics.enable", "true")
+            ),
+            log_retention_check_interval_ms=interval,
+            http_host=parse_string(
+                "tierlog.http.host", props.get("tierlog.http.host", "127.0.0.1")
+            ),
+            http_port=port,
+            log_format=log_format,
+            log_level=log_level.upper(),
+            rlm=rlm,
+            props=dict(props),
+            unknown_keys=unknown,
+            source=source,
+        )
+        config.topic_config()  # the broker's topic defaults must be valid on their own
+        return config
+
+    @staticmethod
+    def _node_id(props: Mapping[str, str]) -> int:
+        if "node.id" in props:
+            value = parse_int("node.id", props["node.id"])
+            if "broker.id" in props and parse_int("broker.id", props["broker.id"]) != value:
+                raise ConfigError(
+                    f"node.id ({value}) and broker.id ({props['broker.id']}) differ: "
+                    "set only node.id"
+                )
+        elif "broker.id" in props:
+            value = parse_int("broker.id", props["broker.id"])
+        else:
+            value = 0
+        if value < 0:
+            raise ConfigError(f"Invalid value {value} for configuration node.id: must be >= 0")
+        return value
+
+    @staticmethod
+    def _log_dirs(props: Mapping[str, str]) -> tuple[Path, ...]:
+        raw = props.get("log.dirs", props.get("log.dir", _DEFAULT_LOG_DIR))
+        dirs = tuple(Path(p.strip()).expanduser() for p in raw.split(",") if p.strip())
+        if not dirs:
+            raise ConfigError("Invalid value for configuration log.dirs: no directory given")
+        if len(set(dirs)) != len(dirs):
+            raise ConfigError(
+                f"Invalid value {raw} for configuration log.dirs: duplicate directory"
+            )
+        return dirs
+
+    # Deriving ------------------------------------------------------------------------------------
+    def topic_config(self, overrides: Mapping[str, object] | None = None) -> LogConfig:
+        """A topic's ``LogConfig``: the broker defaults of this file under the topic's overrides."""
+        return LogConfig.from_broker_defaults(self.props, overrides or {})
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> NodeConfig:
+        """The same configuration with some keys replaced (validated again)."""
+        merged: dict[str, object] = {**self.props, **overrides}
+        return NodeConfig.from_props(merged, source=self.source)
+
+    def to_properties(self) -> dict[str, str]:
+        """The keys as given, for writing a file a user can rerun ``tierlog serve`` with."""
+        return dict(self.props)
+
+
+def _to_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, os.PathLike):
+        return str(os.fspath(value))
+    return str(value)
