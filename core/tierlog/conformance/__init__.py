@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING, Any
 from tierlog.conformance._base import Capability, Unsupported, require
 
 if TYPE_CHECKING:
+    from tierlog.conformance.backend_suite import (
+        ObjectStoreBackendCapabilities,
+        ObjectStoreBackendSuite,
+    )
     from tierlog.conformance.rlmm_suite import (
         RemoteLogMetadataManagerCapabilities,
         RemoteLogMetadataManagerSuite,
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "ObjectStoreBackendSuite": "tierlog.conformance.backend_suite",
+    "ObjectStoreBackendCapabilities": "tierlog.conformance.backend_suite",
     "RemoteStorageManagerSuite": "tierlog.conformance.rsm_suite",
     "RemoteStorageManagerCapabilities": "tierlog.conformance.rsm_suite",
     "RemoteLogMetadataManagerSuite": "tierlog.conformance.rlmm_suite",
@@ -37,6 +43,8 @@ _LAZY = {
 
 __all__ = [
     "Capability",
+    "ObjectStoreBackendCapabilities",
+    "ObjectStoreBackendSuite",
     "RemoteLogMetadataManagerCapabilities",
     "RemoteLogMetadataManagerSuite",
     "RemoteStorageManagerCapabilities",
