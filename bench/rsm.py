@@ -1,0 +1,869 @@
+"""Benchmark of the object-store RSM plugins (s3, gcs, azure) against their raw SDKs.
+
+Run: ``.venv/bin/python bench/rsm.py [--backends s3,gcs,azure] [--size-mib 256] [--repeat 2]``
+(``--quick``: a 32 MiB segment, one pass, for a smoke run). The issue's figure is for a 1 GiB
+segment (``--size-mib 1024``); the default is 256 MiB to keep a run within minutes.
+
+Each backend runs against its local server, started by the bench in a temporary directory and
+stopped at the end (``scripts/services``): SeaweedFS (``weed mini``) for ``s3``,
+fake-gcs-server for ``gcs``, Azurite for ``azure``. The segment is real: a ``LocalLog``
+(``index.interval.bytes`` 4096) filled with ``append_as_leader`` from the JSON-like 16 KiB
+producer batches of ``bench/log_format.py`` and rolled, so one sealed segment of ``--size-mib``
+MiB with its indexes and producer snapshot (``log.segment_copy_inputs``). The RSM runs with
+its defaults and plain transforms (no compression, no encryption), except the GCS resumable
+chunk size, 64 MiB for the plugin and the raw SDK alike (fake-gcs-server's resumable uploads
+cost time quadratic in the number of chunks).
+
+Figures, against the goals and the peers:
+
+- **upload**: MB/s of segment bytes through ``rsm.copy_log_segment_data`` (the log object, the
+  indexes object and the manifest) against one upload of the same file with the raw SDK at its
+  defaults: boto3 ``upload_file`` (default ``TransferConfig``: 8 MiB parts, 10 threads), GCS
+  ``blob.upload_from_filename`` (64 MiB chunks), Azure ``upload_blob`` of the open file; goal
+  ratio >= 0.9. Passes alternate raw/plugin, best of ``--repeat``; the file is in the page cache;
+- **fetch**: MB/s of reading the whole segment through ``rsm.fetch_log_segment(meta, 0)``
+  (manifest warm) against the raw SDK's download of the same size: boto3 ``get_object`` body
+  read (one GET, as the plugin), GCS ``blob.download_to_file``, Azure
+  ``download_blob().readinto``; every stream is drained into a reused 1 MiB buffer, the
+  downloads into a sink that discards; goal ratio >= 0.9. The peers run at their SDK defaults:
+  GCS ``download_to_file`` checks an MD5 of the whole object, Azure ``download_blob`` fetches
+  4 MiB ranges one at a time (``max_concurrency=1``), while the RSM reads one ranged GET;
+- **peak memory during upload** at two segment sizes (``--memory-mib``, default 64 and
+  ``--size-mib``): the ``tracemalloc`` peak of Python allocations during one
+  ``copy_log_segment_data`` (a pass of its own, untimed), and the peak RSS above the RSS before
+  the copy (Linux: ``/proc/self/clear_refs`` resets ``VmHWM``; a pass without tracemalloc);
+  against the bound part size x parallelism (S3 parts and Azure blocks: 8 MiB x 4; GCS: one
+  64 MiB resumable chunk at a time); goal: within the bound and not growing with the size;
+- **GETs per fetch**: object-store GET requests (the RSM's own counters, ``rsm.metrics``) per
+  ``fetch_log_segment`` of 1 MiB at a random offset with a warm manifest, over ``--fetches``
+  fetches (50); goal <= 1 (a read inside a chunk already cached costs none; one spanning two
+  chunks is coalesced into one GET). The maximum over the fetches is reported too.
+
+Writes ``bench/results/rsm.json`` and, if matplotlib is importable, ``bench/results/rsm.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import io
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+import tracemalloc
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from log_format import MIB, make_batches  # the same generated records as the format bench
+
+from tierlog.log.compression import CompressionType
+from tierlog.log.local_log import LocalLog
+from tierlog.spi import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+    Uuid,
+)
+from tierlog.storage.objectstore.rsm import ObjectStoreRemoteStorageManager
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "scripts") not in sys.path:
+    sys.path.insert(0, str(REPO / "scripts"))
+
+from services._common import Service  # noqa: E402
+
+GOAL_UPLOAD_RATIO = 0.9
+GOAL_FETCH_RATIO = 0.9
+GOAL_GETS_PER_FETCH = 1.0
+MEMORY_SLACK = 1.1  # buffers and bookkeeping beyond the parts in flight
+RESULTS = Path(__file__).resolve().parent / "results"
+NOW_MS = 1_700_000_100_000  # just after the generated records' timestamps
+LEADER_EPOCH = 3
+TOPIC_ID = Uuid.from_string("tierlogRSMbenchTopicIA")
+BUCKET = "tierlog-bench"
+GCS_CHUNK = 64 * MIB
+PART_SIZE = 8 * MIB  # the RSM's default upload.part.size
+PARALLELISM = 4  # the RSM's default upload.parallelism
+DRAIN = 1 * MIB
+BACKENDS = ("s3", "gcs", "azure")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class _Sink(io.RawIOBase):
+    """A writable file that discards what it is given (download target of the raw SDKs)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        n = len(memoryview(b))
+        self.bytes += n
+        return n
+
+
+def drain(stream: BinaryIO, buffer: bytearray) -> int:
+    """Read ``stream`` to its end into ``buffer`` (reused); the bytes read."""
+    view = memoryview(buffer)
+    total = 0
+    readinto = getattr(stream, "readinto", None)
+    while True:
+        if readinto is not None:
+            n = readinto(view)
+        else:
+            data = stream.read(len(buffer))
+            n = len(data)
+        if not n:
+            return total
+        total += n
+
+
+# Memory -------------------------------------------------------------------------------------------
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux >= 4.0); whether it worked."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+# The segment --------------------------------------------------------------------------------------
+def build_segment(
+    directory: Path, pool: list[bytes], size: int
+) -> tuple[LocalLog, RemoteLogSegmentMetadata, LogSegmentData]:
+    """A log with one sealed segment of about ``size`` bytes, and what copying it takes."""
+    config: dict[str, object] = {
+        "segment.bytes": size + 2 * MIB,
+        "index.interval.bytes": 4096,
+        "remote.storage.enable": True,
+        "retention.ms": -1,
+        "retention.bytes": -1,
+    }
+    local = LocalLog.open(
+        directory,
+        config,
+        topic_id=TOPIC_ID,
+        clock=lambda: NOW_MS,
+        high_watermark_follows_leo=True,
+    )
+    local.assign_epoch_start_offset(LEADER_EPOCH, 0)
+    written = 0
+    i = 0
+    while written < size:
+        data = pool[i % len(pool)]
+        local.append_as_leader(data, LEADER_EPOCH)
+        written += len(data)
+        i += 1
+    local.roll()
+    (segment,) = local.sealed_segments()
+    inputs = local.segment_copy_inputs(segment)
+    tp = local.topic_partition
+    meta = RemoteLogSegmentMetadata(
+        remote_log_segment_id=RemoteLogSegmentId.generate_new(
+            TopicIdPartition(TOPIC_ID, tp.topic, tp.partition)
+        ),
+        start_offset=inputs.start_offset,
+        end_offset=inputs.end_offset,
+        max_timestamp_ms=inputs.largest_timestamp,
+        broker_id=0,
+        event_timestamp_ms=NOW_MS,
+        segment_size_in_bytes=inputs.size_in_bytes,
+        segment_leader_epochs=inputs.segment_leader_epochs,
+        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+        txn_idx_empty=inputs.txn_index_empty,
+    )
+    return local, meta, inputs.data
+
+
+def fresh_id(meta: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
+    """The same segment under a new segment id (a new set of objects)."""
+    return RemoteLogSegmentMetadata(
+        remote_log_segment_id=RemoteLogSegmentId.generate_new(meta.topic_id_partition),
+        start_offset=meta.start_offset,
+        end_offset=meta.end_offset,
+        max_timestamp_ms=meta.max_timestamp_ms,
+        broker_id=0,
+        event_timestamp_ms=NOW_MS,
+        segment_size_in_bytes=meta.segment_size_in_bytes,
+        segment_leader_epochs=meta.segment_leader_epochs,
+        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+        txn_idx_empty=meta.txn_idx_empty,
+    )
+
+
+# Backends -----------------------------------------------------------------------------------------
+class Backend(ABC):
+    """One object store: its server, the plugin's RSM configuration, the raw SDK peer."""
+
+    name: str
+    peer_upload: str
+    peer_fetch: str
+    service: Service
+
+    @abstractmethod
+    def start(self, directory: Path) -> None: ...
+
+    @abstractmethod
+    def rsm(self) -> ObjectStoreRemoteStorageManager: ...
+
+    @abstractmethod
+    def memory_bound(self) -> int: ...
+
+    @abstractmethod
+    def raw_upload(self, path: Path, key: str) -> None: ...
+
+    @abstractmethod
+    def raw_fetch(self, key: str, size: int, buffer: bytearray) -> int: ...
+
+    @abstractmethod
+    def raw_delete(self, key: str) -> None: ...
+
+    def stop(self) -> None:
+        self.service.kill()
+
+
+class S3(Backend):
+    name = "s3"
+    peer_upload = "boto3 upload_file"
+    peer_fetch = "boto3 get_object"
+
+    def start(self, directory: Path) -> None:
+        from services.seaweedfs import create_bucket, s3_client, start_seaweedfs
+
+        self.service = start_seaweedfs(directory)
+        create_bucket(self.service, BUCKET)
+        self.client = s3_client(self.service)
+
+    def rsm(self) -> ObjectStoreRemoteStorageManager:
+        from tierlog_rsm_s3 import S3RemoteStorageManager
+
+        rsm = S3RemoteStorageManager()
+        rsm.configure(
+            {
+                "s3.bucket.name": BUCKET,
+                "s3.endpoint.url": self.service.url,
+                "s3.path.style.access.enabled": "true",
+                "s3.region": "us-east-1",
+                "aws.access.key.id": "tierlog-test-access",
+                "aws.secret.access.key": "tierlog-test-secret",
+            }
+        )
+        return rsm
+
+    def memory_bound(self) -> int:
+        return PART_SIZE * PARALLELISM
+
+    def raw_upload(self, path: Path, key: str) -> None:
+        self.client.upload_file(str(path), BUCKET, key)
+
+    def raw_fetch(self, key: str, size: int, buffer: bytearray) -> int:
+        body = self.client.get_object(Bucket=BUCKET, Key=key)["Body"]
+        try:
+            return drain(body, buffer)
+        finally:
+            body.close()
+
+    def raw_delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=BUCKET, Key=key)
+
+    def stop(self) -> None:
+        from services.seaweedfs import remove_grpc_sockets
+
+        self.service.kill()
+        remove_grpc_sockets(self.service)
+
+
+class Gcs(Backend):
+    name = "gcs"
+    peer_upload = "upload_from_filename"
+    peer_fetch = "download_to_file"
+
+    def start(self, directory: Path) -> None:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+        from services.fake_gcs import create_bucket, start_fake_gcs
+
+        self.service = start_fake_gcs(directory)
+        create_bucket(self.service, BUCKET)
+        self.client = storage.Client(
+            project="test",
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            client_options={"api_endpoint": self.service.url},
+        )
+        self.bucket = self.client.bucket(BUCKET)
+
+    def rsm(self) -> ObjectStoreRemoteStorageManager:
+        from tierlog_rsm_gcs import GcsRemoteStorageManager
+
+        rsm = GcsRemoteStorageManager()
+        rsm.configure(
+            {
+                "gcs.bucket.name": BUCKET,
+                "gcs.endpoint.url": self.service.url,
+                "gcs.credentials.default": "false",
+                "gcs.resumable.upload.chunk.size": str(GCS_CHUNK),
+            }
+        )
+        return rsm
+
+    def memory_bound(self) -> int:
+        return GCS_CHUNK  # resumable chunks go one at a time
+
+    def raw_upload(self, path: Path, key: str) -> None:
+        self.bucket.blob(key, chunk_size=GCS_CHUNK).upload_from_filename(str(path))
+
+    def raw_fetch(self, key: str, size: int, buffer: bytearray) -> int:
+        sink = _Sink()
+        self.bucket.blob(key).download_to_file(sink)
+        return sink.bytes
+
+    def raw_delete(self, key: str) -> None:
+        self.bucket.blob(key).delete()
+
+
+class Azure(Backend):
+    name = "azure"
+    peer_upload = "upload_blob"
+    peer_fetch = "download_blob.readinto"
+
+    def start(self, directory: Path) -> None:
+        from azure.storage.blob import BlobServiceClient
+        from services.azurite import create_container, start_azurite
+
+        self.service = start_azurite(directory)
+        create_container(self.service, BUCKET)
+        self.client = BlobServiceClient.from_connection_string(
+            str(self.service.extra["connection_string"])
+        )
+        self.container = self.client.get_container_client(BUCKET)
+
+    def rsm(self) -> ObjectStoreRemoteStorageManager:
+        from services.azurite import ACCOUNT_KEY, ACCOUNT_NAME, blob_endpoint
+        from tierlog_rsm_azure import AzureRemoteStorageManager
+
+        rsm = AzureRemoteStorageManager()
+        rsm.configure(
+            {
+                "azure.container.name": BUCKET,
+                "azure.account.name": ACCOUNT_NAME,
+                "azure.account.key": ACCOUNT_KEY,
+                "azure.endpoint.url": blob_endpoint(self.service),
+            }
+        )
+        return rsm
+
+    def memory_bound(self) -> int:
+        return PART_SIZE * PARALLELISM
+
+    def raw_upload(self, path: Path, key: str) -> None:
+        with path.open("rb") as f:
+            self.container.upload_blob(key, f, overwrite=True)
+
+    def raw_fetch(self, key: str, size: int, buffer: bytearray) -> int:
+        sink = _Sink()
+        self.container.download_blob(key).readinto(sink)
+        return sink.bytes
+
+    def raw_delete(self, key: str) -> None:
+        self.container.delete_blob(key)
+
+    def stop(self) -> None:
+        self.client.close()
+        self.service.kill()
+
+
+FACTORIES: dict[str, Callable[[], Backend]] = {"s3": S3, "gcs": Gcs, "azure": Azure}
+
+
+# Measurements -------------------------------------------------------------------------------------
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def plugin_copy(
+    rsm: ObjectStoreRemoteStorageManager, meta: RemoteLogSegmentMetadata, data: LogSegmentData
+) -> Callable[[], object]:
+    return lambda: rsm.copy_log_segment_data(meta, data)
+
+
+def memory_pass(
+    rsm: ObjectStoreRemoteStorageManager, meta: RemoteLogSegmentMetadata, data: LogSegmentData
+) -> dict[str, Any]:
+    """Peak RSS above the start (one pass), then the tracemalloc peak (another pass)."""
+    out: dict[str, Any] = {"size": os.path.getsize(data.log_segment)}
+    gc.collect()
+    m = fresh_id(meta)
+    if reset_peak_rss():
+        before = _status_kib("VmRSS")
+        rsm.copy_log_segment_data(m, data)
+        peak = _status_kib("VmHWM")
+        if before is not None and peak is not None:
+            out["rss_peak_delta"] = (peak - before) * 1024
+    else:
+        rsm.copy_log_segment_data(m, data)
+    rsm.delete_log_segment_data(m)
+    gc.collect()
+    m = fresh_id(meta)
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        rsm.copy_log_segment_data(m, data)
+        _, peak_traced = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    out["tracemalloc_peak"] = peak_traced - base
+    rsm.delete_log_segment_data(m)
+    return out
+
+
+def gets_per_fetch(
+    rsm: ObjectStoreRemoteStorageManager,
+    meta: RemoteLogSegmentMetadata,
+    size: int,
+    length: int,
+    args: argparse.Namespace,
+    buffer: bytearray,
+    *,
+    cold: bool,
+) -> dict[str, Any]:
+    """GET requests (the RSM's counters) per ``fetch_log_segment`` of ``length`` bytes at
+    random offsets. Offsets never continue the previous read (its last chunk or the next), so
+    no prefetch runs: the count is the fetch's own. ``cold``: the chunk cache is cleared before
+    each fetch, so every fetch goes to the store."""
+    what = "cold chunks" if cold else "chunk cache on"
+    log(
+        f"  [{rsm.backend.name}] {args.fetches} fetches of {length // 1024} KiB at random "
+        f"offsets, manifest warm, {what} ..."
+    )
+    rng = random.Random(args.seed + cold)
+    chunk = rsm.config.chunk_size
+    per_fetch: list[int] = []
+    previous_last = -10
+    hits0 = rsm.metrics.snapshot().cache_hits.get("memory", 0)
+    for _ in range(args.fetches):
+        for _attempt in range(100):
+            start = rng.randrange(0, max(1, size - length))
+            if start // chunk not in (previous_last, previous_last + 1):
+                break
+        previous_last = min(start + length - 1, size - 1) // chunk
+        if cold:
+            rsm.chunk_cache.clear_memory()
+        before = rsm.metrics.snapshot().count("get")
+        with rsm.fetch_log_segment(meta, start, start + length - 1) as stream:
+            n = drain(stream, buffer)
+        if n != min(length, size - start):
+            raise RuntimeError(f"{rsm.backend.name}: short ranged fetch ({n} bytes)")
+        per_fetch.append(rsm.metrics.snapshot().count("get") - before)
+    gets = sum(per_fetch)
+    return {
+        "fetches": args.fetches,
+        "fetch_bytes": length,
+        "gets": gets,
+        "gets_per_fetch": gets / args.fetches,
+        "max_gets_in_one_fetch": max(per_fetch),
+        "fetches_with_no_get": sum(1 for g in per_fetch if g == 0),
+        "chunk_cache_hits": rsm.metrics.snapshot().cache_hits.get("memory", 0) - hits0,
+    }
+
+
+def run_backend(
+    backend: Backend,
+    segments: dict[int, tuple[RemoteLogSegmentMetadata, LogSegmentData]],
+    size_mib: int,
+    memory_mib: list[int],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    name = backend.name
+    meta, data = segments[size_mib]
+    path = Path(data.log_segment)
+    size = path.stat().st_size
+    rsm = backend.rsm()
+    buffer = bytearray(DRAIN)
+    result: dict[str, Any] = {
+        "segment_bytes": size,
+        "peer_upload": backend.peer_upload,
+        "peer_fetch": backend.peer_fetch,
+    }
+    try:
+        # Upload, alternating raw and plugin.
+        raw_up: list[float] = []
+        rsm_up: list[float] = []
+        rss_up: list[int] = []
+        kept: RemoteLogSegmentMetadata | None = None
+        raw_key = f"raw/{name}-segment.log"
+        for i in range(args.repeat):
+            log(f"  [{name}] upload pass {i + 1}/{args.repeat}: raw SDK ...")
+            raw_up.append(timed(lambda: backend.raw_upload(path, raw_key)))
+            log(f"    {size / raw_up[-1] / 1e6:,.0f} MB/s")
+            log(f"  [{name}] upload pass {i + 1}/{args.repeat}: RSM copy_log_segment_data ...")
+            if kept is not None:
+                rsm.delete_log_segment_data(kept)
+            kept = fresh_id(meta)
+            gc.collect()
+            reset = reset_peak_rss()
+            before = _status_kib("VmRSS")
+            rsm_up.append(timed(plugin_copy(rsm, kept, data)))
+            peak = _status_kib("VmHWM")
+            if reset and before is not None and peak is not None:
+                rss_up.append((peak - before) * 1024)
+            log(f"    {size / rsm_up[-1] / 1e6:,.0f} MB/s")
+        assert kept is not None
+        result["upload"] = {
+            "rsm_seconds": min(rsm_up),
+            "raw_seconds": min(raw_up),
+            "rsm_mb_per_s": size / min(rsm_up) / 1e6,
+            "raw_mb_per_s": size / min(raw_up) / 1e6,
+            "rsm_passes_seconds": rsm_up,
+            "raw_passes_seconds": raw_up,
+            "ratio": min(raw_up) / min(rsm_up),
+            "goal_ratio": GOAL_UPLOAD_RATIO,
+        }
+
+        # Fetch of the whole segment, manifest warm.
+        with rsm.fetch_log_segment(kept, 0, 0) as s:
+            s.read()
+        raw_fetch: list[float] = []
+        rsm_fetch: list[float] = []
+
+        def plugin_fetch() -> None:
+            with rsm.fetch_log_segment(kept, 0) as stream:
+                n = drain(stream, buffer)
+            if n != size:
+                raise RuntimeError(f"{name}: fetched {n} of {size} bytes")
+
+        def peer_fetch() -> None:
+            n = backend.raw_fetch(raw_key, size, buffer)
+            if n != size:
+                raise RuntimeError(f"{name}: raw fetch of {n} of {size} bytes")
+
+        for i in range(args.repeat):
+            log(f"  [{name}] fetch pass {i + 1}/{args.repeat}: raw SDK ...")
+            raw_fetch.append(timed(peer_fetch))
+            log(f"    {size / raw_fetch[-1] / 1e6:,.0f} MB/s")
+            log(f"  [{name}] fetch pass {i + 1}/{args.repeat}: RSM fetch_log_segment ...")
+            rsm_fetch.append(timed(plugin_fetch))
+            log(f"    {size / rsm_fetch[-1] / 1e6:,.0f} MB/s")
+        result["fetch"] = {
+            "rsm_seconds": min(rsm_fetch),
+            "raw_seconds": min(raw_fetch),
+            "rsm_mb_per_s": size / min(rsm_fetch) / 1e6,
+            "raw_mb_per_s": size / min(raw_fetch) / 1e6,
+            "rsm_passes_seconds": rsm_fetch,
+            "raw_passes_seconds": raw_fetch,
+            "ratio": min(raw_fetch) / min(rsm_fetch),
+            "goal_ratio": GOAL_FETCH_RATIO,
+        }
+
+        # GETs per 1 MiB fetch at a random offset, manifest warm: chunks cold (the memory
+        # cache cleared before each fetch), then with the chunk cache as it fills.
+        length = args.fetch_kib * 1024
+        result["gets"] = {
+            "cold": gets_per_fetch(rsm, kept, size, length, args, buffer, cold=True),
+            "cached": gets_per_fetch(rsm, kept, size, length, args, buffer, cold=False),
+            "goal_gets_per_fetch": GOAL_GETS_PER_FETCH,
+        }
+        rsm.delete_log_segment_data(kept)
+        with contextlib.suppress(Exception):
+            backend.raw_delete(raw_key)
+
+        # Peak memory during upload at each size.
+        memory: list[dict[str, Any]] = []
+        for mib in memory_mib:
+            log(f"  [{name}] peak memory during the upload of {mib} MiB ...")
+            m_meta, m_data = segments[mib]
+            found = memory_pass(rsm, m_meta, m_data)
+            if mib == size_mib and rss_up:
+                found["rss_peak_delta_timed_passes"] = max(rss_up)
+            memory.append(found)
+            log(
+                f"    tracemalloc {found['tracemalloc_peak'] / MIB:,.1f} MiB, RSS +"
+                f"{found.get('rss_peak_delta', 0) / MIB:,.1f} MiB"
+            )
+        bound = backend.memory_bound()
+        result["memory"] = {
+            "bound_bytes": bound,
+            "sizes": memory,
+            "within_bound": all(m["tracemalloc_peak"] <= bound * MEMORY_SLACK for m in memory),
+            "growth": memory[-1]["tracemalloc_peak"] / memory[0]["tracemalloc_peak"],
+        }
+        requests = rsm.metrics.snapshot().requests
+        result["request_counts"] = {f"{op}/{out}": n for (op, out), n in sorted(requests.items())}
+    finally:
+        rsm.close()
+    return result
+
+
+# Output -------------------------------------------------------------------------------------------
+def verdict(value: float, goal: float, *, at_most: bool = False) -> str:
+    ok = value <= goal if at_most else value >= goal
+    return "OK" if ok else "MISSED"
+
+
+def chart(results: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: chart skipped")
+        return False
+    names = list(results["backends"])
+    if not names:
+        return False
+    per = results["backends"]
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.5))
+    x = list(range(len(names)))
+    w = 0.38
+
+    def pair(ax: Any, key: str, title: str, goal: float) -> None:
+        raw = [per[n][key]["raw_mb_per_s"] for n in names]
+        ours = [per[n][key]["rsm_mb_per_s"] for n in names]
+        ax.bar([i - w / 2 for i in x], raw, w, color="#888", label="raw SDK")
+        ax.bar([i + w / 2 for i in x], ours, w, color="#2a7", label="tierlog RSM")
+        for i, n in enumerate(names):
+            ax.text(i - w / 2, raw[i], f"{raw[i]:,.0f}", ha="center", va="bottom", fontsize=8)
+            ax.text(
+                i + w / 2,
+                ours[i],
+                f"{ours[i]:,.0f}\n({per[n][key]['ratio']:.2f})",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+        ax.set_xticks(x, names)
+        ax.set_ylabel("MB/s")
+        ax.set_title(f"{title}, {results['size_mib']} MiB segment\n(ratio; goal >= {goal})")
+        ax.legend(fontsize=8)
+
+    pair(axes[0], "upload", "Upload", GOAL_UPLOAD_RATIO)
+    pair(axes[1], "fetch", "Fetch whole segment", GOAL_FETCH_RATIO)
+    ax = axes[2]
+    sizes = results["memory_mib"]
+    width = 0.8 / (len(sizes) + 1)
+    for j, mib in enumerate(sizes):
+        vals = [per[n]["memory"]["sizes"][j]["tracemalloc_peak"] / MIB for n in names]
+        ax.bar(
+            [i + (j - len(sizes) / 2) * width for i in x],
+            vals,
+            width,
+            label=f"tracemalloc, {mib} MiB segment",
+        )
+    bounds = [per[n]["memory"]["bound_bytes"] / MIB for n in names]
+    ax.bar(
+        [i + (len(sizes) / 2) * width for i in x],
+        bounds,
+        width,
+        color="#ccc",
+        label="bound (part x parallelism)",
+    )
+    ax.set_xticks(x, names)
+    ax.set_ylabel("MiB")
+    ax.set_title("Peak Python memory during upload")
+    ax.legend(fontsize=7)
+    ax = axes[3]
+    cold = [per[n]["gets"]["cold"]["gets_per_fetch"] for n in names]
+    cached = [per[n]["gets"]["cached"]["gets_per_fetch"] for n in names]
+    ax.bar([i - w / 2 for i in x], cold, w, color="#2a7", label="chunks cold")
+    ax.bar([i + w / 2 for i in x], cached, w, color="#6c9", label="chunk cache on")
+    ax.axhline(GOAL_GETS_PER_FETCH, color="C3", linestyle="--", label="goal")
+    ax.set_xticks(x, names)
+    ax.set_ylabel("GETs per fetch")
+    ax.set_title(f"GETs per {results['fetch_kib']} KiB random fetch\n(manifest warm)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(
+        f"\nObject-store RSMs vs raw SDKs — Python {results['python']}, {results['cpus']} CPUs; "
+        f"a {results['size_mib']} MiB segment (the issue's figure is 1 GiB: --size-mib 1024; "
+        f"the default is smaller for time); best of {results['repeat']}, local servers "
+        "(SeaweedFS, fake-gcs-server, Azurite) on this machine"
+    )
+    print(
+        f"  {'figure':30s} {'tierlog':>10s}  {'peer':>24s} {'value':>9s}  {'ratio':>6s}  "
+        f"{'goal':>9s}"
+    )
+    for name, r in results["backends"].items():
+        u, f, g, m = r["upload"], r["fetch"], r["gets"], r["memory"]
+        print(
+            f"  {name + ' upload (MB/s)':30s} {u['rsm_mb_per_s']:>10,.0f}  "
+            f"{r['peer_upload']:>24s} {u['raw_mb_per_s']:>9,.0f}  {u['ratio']:>6.2f}  "
+            f"{'>= ' + str(GOAL_UPLOAD_RATIO):>9s}  {verdict(u['ratio'], GOAL_UPLOAD_RATIO)}"
+        )
+        print(
+            f"  {name + ' fetch (MB/s)':30s} {f['rsm_mb_per_s']:>10,.0f}  "
+            f"{r['peer_fetch']:>24s} {f['raw_mb_per_s']:>9,.0f}  {f['ratio']:>6.2f}  "
+            f"{'>= ' + str(GOAL_FETCH_RATIO):>9s}  {verdict(f['ratio'], GOAL_FETCH_RATIO)}"
+        )
+        bound = m["bound_bytes"] / MIB
+        for s in m["sizes"]:
+            rss = s.get("rss_peak_delta")
+            rss_txt = f", RSS +{rss / MIB:,.1f}" if rss is not None else ""
+            peak = s["tracemalloc_peak"] / MIB
+            print(
+                f"  {name + ' upload memory (MiB)':30s} {peak:>10,.1f}  "
+                f"{'bound, ' + format(s['size'] / MIB, '.0f') + ' MiB segment':>24s} "
+                f"{bound:>9,.0f}  {'':>6s}  {'<= bound':>9s}  "
+                f"{verdict(peak, bound * MEMORY_SLACK, at_most=True)}{rss_txt}"
+            )
+        peaks = [s["tracemalloc_peak"] for s in m["sizes"]]
+        grew = peaks[-1] / max(peaks[0], m["bound_bytes"])
+        print(
+            f"  {name + ' memory growth (x)':30s} {peaks[-1] / peaks[0]:>10.2f}  "
+            f"{'segment size growth':>24s} {m['sizes'][-1]['size'] / m['sizes'][0]['size']:>9.1f}"
+            f"  {'':>6s}  {'bounded':>9s}  {verdict(grew, MEMORY_SLACK, at_most=True)}"
+        )
+        cold, cached = g["cold"], g["cached"]
+        print(
+            f"  {name + ' GETs per 1 MiB fetch':30s} {cold['gets_per_fetch']:>10.2f}  "
+            f"{'max in one fetch':>24s} {cold['max_gets_in_one_fetch']:>9d}  {'':>6s}  "
+            f"{'<= 1':>9s}  "
+            f"{verdict(cold['max_gets_in_one_fetch'], GOAL_GETS_PER_FETCH, at_most=True)}"
+        )
+    for name, r in results["backends"].items():
+        cold, cached = r["gets"]["cold"], r["gets"]["cached"]
+        print(
+            f"  {name}: {cold['fetches']} random fetches with cold chunks: {cold['gets']} GETs; "
+            f"with the chunk cache on: {cached['gets_per_fetch']:.2f} GETs per fetch "
+            f"({cached['fetches_with_no_get']} of {cached['fetches']} served from the cache); "
+            "all requests " + ", ".join(f"{k} {v}" for k, v in r["request_counts"].items())
+        )
+    for name, err in results.get("errors", {}).items():
+        print(f"  {name}: FAILED: {err}")
+    print(
+        f"  memory: tracemalloc = peak Python allocations during one copy (a pass of its own); "
+        f"RSS = peak RSS above the RSS before the copy (VmHWM reset); 'OK' = within "
+        f"{MEMORY_SLACK} x the bound; growth = peak at the largest size / at the smallest, "
+        f"'OK' when the largest's "
+        f"peak is within {MEMORY_SLACK} x max(smallest's peak, bound); "
+        f"total run {results['total_seconds']:.0f} s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="s3,gcs,azure")
+    parser.add_argument(
+        "--size-mib", type=int, default=256, help="segment size (MiB; the issue's figure is 1024)"
+    )
+    parser.add_argument(
+        "--memory-mib",
+        default=None,
+        help="segment sizes of the memory figure (default: 64,<size-mib>)",
+    )
+    parser.add_argument("--fetch-kib", type=int, default=1024, help="bytes per random fetch")
+    parser.add_argument("--fetches", type=int, default=50, help="random fetches counted")
+    parser.add_argument("--batch-kib", type=int, default=16, help="producer batch size (KiB)")
+    parser.add_argument("--pool-mib", type=int, default=8, help="distinct batches to cycle")
+    parser.add_argument("--repeat", type=int, default=2, help="passes of each kind (best kept)")
+    parser.add_argument("--quick", action="store_true", help="a 32 MiB segment, one pass")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    parser.add_argument("--seed", type=int, default=405)
+    args = parser.parse_args()
+    if args.quick:
+        args.size_mib = min(args.size_mib, 32)
+        args.repeat = 1
+        args.pool_mib = min(args.pool_mib, 4)
+    names = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = [n for n in names if n not in FACTORIES]
+    if unknown or not names:
+        parser.error(f"unknown backends {unknown}: choose among {', '.join(BACKENDS)}")
+    if args.memory_mib is None:
+        memory_mib = sorted({min(64, args.size_mib // 2) or 1, args.size_mib})
+    else:
+        memory_mib = sorted({int(m) for m in args.memory_mib.split(",")})
+    workdir = Path(tempfile.mkdtemp(prefix="tierlog-rsm-bench-", dir=args.dir))
+    results: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "size_mib": args.size_mib,
+        "memory_mib": memory_mib,
+        "fetch_kib": args.fetch_kib,
+        "repeat": args.repeat,
+        "issue_size_mib": 1024,
+        "backends": {},
+        "errors": {},
+    }
+    started = time.perf_counter()
+    logs: list[LocalLog] = []
+    try:
+        log(f"building a {args.pool_mib} MiB pool of {args.batch_kib} KiB batches ...")
+        pool, _, _, _ = make_batches(
+            random.Random(args.seed), CompressionType.NONE, args.pool_mib * MIB, args.batch_kib
+        )
+        segments: dict[int, tuple[RemoteLogSegmentMetadata, LogSegmentData]] = {}
+        for mib in sorted({args.size_mib, *memory_mib}):
+            log(f"building a {mib} MiB segment ...")
+            local, meta, data = build_segment(workdir / "logs" / f"bench{mib}-0", pool, mib * MIB)
+            logs.append(local)
+            segments[mib] = (meta, data)
+        del pool
+        for name in names:
+            backend = FACTORIES[name]()
+            log(f"starting the {name} server ...")
+            try:
+                backend.start(workdir / name)
+            except Exception as exc:
+                log(f"  could not start the {name} server: {exc}")
+                results["errors"][name] = f"server did not start: {exc}"
+                continue
+            try:
+                results["backends"][name] = run_backend(
+                    backend, segments, args.size_mib, memory_mib, args
+                )
+            except Exception as exc:
+                log(f"  {name} failed: {exc!r}")
+                results["errors"][name] = repr(exc)
+            finally:
+                backend.stop()
+    finally:
+        for local in logs:
+            local.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    results["total_seconds"] = time.perf_counter() - started
+    print_table(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "rsm.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out / 'rsm.json'}")
+    if chart(results, args.out / "rsm.png"):
+        print(f"wrote {args.out / 'rsm.png'}")
+
+
+if __name__ == "__main__":
+    main()
