@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,8 +131,34 @@ def start_seaweedfs(
     """
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    if ports is None:
-        ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
+    # Ten ports picked free now may be taken before `weed` binds them (another test worker, or
+    # weed's own outgoing connections between its servers): retry with fresh ports, or after a
+    # pause when restarting on the same ones.
+    attempts = 5
+    for attempt in range(1, attempts + 1):
+        chosen = (
+            dict(ports)
+            if ports is not None
+            else dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS)), strict=True))
+        )
+        try:
+            return _start(directory, chosen, credentials, timeout)
+        except RuntimeError as e:
+            text = str(e)
+            if attempt == attempts or not (
+                "Port allocation failed" in text or "address already in use" in text
+            ):
+                raise
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _start(
+    directory: Path,
+    ports: Mapping[str, int],
+    credentials: SeaweedCredentials | None,
+    timeout: float,
+) -> Service:
     config_file = None
     if credentials is not None:
         config_file = directory / "s3-identities.json"
