@@ -22,14 +22,16 @@ from typing import BinaryIO
 import pytest
 
 from tierlog.log.batch import ControlRecordType
-from tierlog.log.index import CorruptIndexError
+from tierlog.log.index import CorruptIndexError, OffsetPosition
 from tierlog.log.local_log import LocalLog
+from tierlog.log.offset_index import OffsetIndex
 from tierlog.log.txn_index import AbortedTxn
 from tierlog.metadata.embedded import EmbeddedRemoteLogMetadataManager
 from tierlog.rlm.index_cache import (
     CLEANER_THREAD_NAME,
     DIR_NAME,
     RemoteIndexCache,
+    _DecodedOffsetIndex,
     offset_index_file_name,
     time_index_file_name,
     txn_index_file_name,
@@ -245,6 +247,96 @@ def test_lookups_below_the_first_entry_and_past_the_last(env: Env) -> None:
     )
     # A starting offset past the time index's answer moves the position on.
     assert cache.lookup_timestamp(metadata, 0, last.offset) == last.position
+
+
+def test_in_memory_lookups_answer_as_the_index_file_does(tmp_path: Path) -> None:
+    """The entry decodes its offset index once and searches it in memory: every answer is
+    the file-searching ``OffsetIndex``'s, below, between, on and past the entries (a segment
+    large enough for the file search to use its windows)."""
+    clock = Clock()
+    props = {
+        "internal.segment.bytes": 200_000,
+        "index.interval.bytes": 0,
+        "segment.index.bytes": 1 << 20,
+    }
+    log = open_log(tmp_path / "topic-0", clock, **props)
+    try:
+        fill(log, 3000)
+        rsm = open_rsm(tmp_path / "remote")
+        rlmm = open_rlmm(tmp_path / "rlmm")
+        (metadata, *_) = tier(log, rsm, rlmm)
+        with RemoteIndexCache(rsm, tmp_path / "broker", clock=clock) as cache:
+            entry = cache.get_index_entry(metadata)
+            index = entry.offset_index
+            assert index.entries > 1024  # more than two search windows
+            base = metadata.start_offset
+            for offset in range(base - 2, metadata.end_offset + 3):
+                assert entry.lookup_offset(offset) == index.lookup(offset), offset
+            for position in range(-1, metadata.segment_size_in_bytes + 2, 37):
+                at = OffsetPosition(base, position)
+                assert entry.first_entry_after(position) == index.fetch_upper_bound_offset(
+                    OffsetPosition(base, position), 1
+                )
+                assert entry.fetch_upper_bound_offset(at, 5) == index.fetch_upper_bound_offset(
+                    at, 5
+                )
+            for offset in range(base - 1, metadata.end_offset + 2):
+                assert entry.read_bounds(offset) == _file_read_bounds(index, offset), offset
+        rlmm.close()
+        rsm.close()
+    finally:
+        log.close()
+
+
+def _file_read_bounds(
+    index: OffsetIndex, offset: int
+) -> tuple[OffsetPosition, OffsetPosition | None, OffsetPosition | None]:
+    """``read_bounds`` from the file: the lookup and the next two entries by position."""
+    found = index.lookup(offset)
+    bound = index.fetch_upper_bound_offset(found, 1)
+    after = None if bound is None else index.fetch_upper_bound_offset(bound, 1)
+    return found, bound, after
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [[], [(100, 0)], [(100, 0), (103, 98), (107, 250)], [(102, 98)], [(102, 98), (105, 300)]],
+)
+def test_in_memory_read_bounds_of_small_indexes(
+    tmp_path: Path, entries: list[tuple[int, int]]
+) -> None:
+    """Empty, one entry, a first entry at position 0 (not written by tierlog's indexer, but
+    legal): ``read_bounds`` is the file's lookup and next two entries."""
+    path = tmp_path / "00000000000000000100.index"
+    with OffsetIndex(path, 100, 4096) as writer:
+        for offset, position in entries:
+            writer.append(offset, position)
+    with OffsetIndex(path, 100, writable=False) as index:
+        decoded = _DecodedOffsetIndex.read(index)
+        for offset in range(98, 110):
+            assert decoded.read_bounds(offset) == _file_read_bounds(index, offset), offset
+            assert decoded.lookup(offset) == index.lookup(offset)
+
+
+def test_an_entry_renamed_before_its_first_lookup_decodes_its_open_file(env: Env) -> None:
+    """Once removed, an entry's files are ``*.deleted``, a name the next entry of the same
+    segment takes over when it is removed in turn (and the cleaner deletes it): the first
+    lookup of the older entry, still held, reads the file it opened, not that name."""
+    metadata = env.segments[1]
+    uuid = metadata.remote_log_segment_id.id
+    cache = env.cache(cleaner_delay_ms=0)
+    with cache.acquire(metadata) as old:
+        target = old.offset_index.entry(1)
+        cache.remove(uuid)  # renamed; deletion deferred while held
+        newer = cache.get_index_entry(metadata)
+        cache.remove(uuid)  # renamed over the older entry's *.deleted files
+        cache.clean_up()
+        wait_until(lambda: newer.cleanup_started, "the newer entry's deletion")
+        assert not old.cleanup_started
+        assert not old.offset_index.path.exists()
+        assert old.lookup_offset(target.offset) == target
+        assert old.read_bounds(target.offset)[0] == target
+    assert old.cleanup_started
 
 
 # Eviction and expiry ---------------------------------------------------------------------------

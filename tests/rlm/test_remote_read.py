@@ -9,13 +9,14 @@ came from.
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import pytest
 
@@ -351,6 +352,183 @@ def test_a_started_copy_is_not_read(bare: Env) -> None:
     bare.tier(finish=False)
     with pytest.raises(OffsetOutOfRangeError):
         bare.read(0)
+
+
+# How the bytes are read -------------------------------------------------------------------------
+class _Trickle:
+    """A stream with only ``read`` and ``close`` (no ``readinto``), at most 13 bytes a call."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self._inner = inner
+
+    def read(self, size: int = -1) -> bytes:
+        return self._inner.read(size if size < 0 else min(size, 13))
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class TrickleStorage(CountingStorage):
+    def fetch_log_segment(
+        self,
+        remote_log_segment_metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        stream = super().fetch_log_segment(
+            remote_log_segment_metadata, start_position, end_position
+        )
+        return cast(BinaryIO, _Trickle(stream))
+
+
+class PeekedStorage(CountingStorage):
+    """The local RSM's stream, with a buffer-full already read ahead (peeked) when returned."""
+
+    def fetch_log_segment(
+        self,
+        remote_log_segment_metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        stream = super().fetch_log_segment(
+            remote_log_segment_metadata, start_position, end_position
+        )
+        stream.peek(1)  # type: ignore[attr-defined]
+        return stream
+
+
+class InMemoryStorage(CountingStorage):
+    """The local RSM's bytes, served from a ``BytesIO``."""
+
+    def fetch_log_segment(
+        self,
+        remote_log_segment_metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        with super().fetch_log_segment(
+            remote_log_segment_metadata, start_position, end_position
+        ) as stream:
+            return io.BytesIO(stream.read())
+
+
+class _Recording:
+    """A stream keeping every object its ``read`` returned."""
+
+    def __init__(self, inner: BinaryIO, returned: list[bytes]) -> None:
+        self._inner = inner
+        self._returned = returned
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._inner.read(size)
+        self._returned.append(data)
+        return data
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        return self._inner.readinto(buffer)  # type: ignore[attr-defined,no-any-return]
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class RecordingStorage(CountingStorage):
+    returned: list[bytes]
+
+    def fetch_log_segment(
+        self,
+        remote_log_segment_metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        stream = super().fetch_log_segment(
+            remote_log_segment_metadata, start_position, end_position
+        )
+        return cast(BinaryIO, _Recording(stream, self.returned))
+
+
+def env_with(tmp_path: Path, rsm: CountingStorage, **props: object) -> Env:
+    """``make_env`` with another RSM (configured on the same directory)."""
+    environment = make_env(tmp_path, **props)
+    rsm.configure({"dir": str(tmp_path / "remote"), "node.id": "0"})
+    environment.rsm.close()
+    environment.rsm = rsm
+    environment.cache.close()
+    environment.cache = RemoteIndexCache(rsm, tmp_path / "broker", clock=environment.clock)
+    environment.reader = RemoteLogReader(rsm, environment.rlmm, environment.cache, environment.log)
+    return environment
+
+
+@pytest.mark.parametrize("storage", [TrickleStorage, PeekedStorage, InMemoryStorage])
+def test_any_kind_of_stream_gives_the_same_answers(
+    tmp_path: Path, storage: type[CountingStorage]
+) -> None:
+    """Any ``BinaryIO`` will do (short reads through ``read`` only, a buffered stream that
+    already read ahead, a ``BytesIO``): Kafka's answer for every offset and size, still from
+    one request each."""
+    env = env_with(tmp_path, storage())
+    try:
+        fill(env.log, 40)
+        env.tier()
+        env.warm()
+        for metadata in env.segments:
+            for offset in range(metadata.start_offset, metadata.end_offset + 1):
+                for max_bytes in (0, 98, 150, 1000):
+                    for min_one in (True, False):
+                        want = expected_read(env.log, metadata, offset, max_bytes, min_one)
+                        assert want is not None
+                        env.rsm.reset_counts()
+                        info = env.read(offset, max_bytes, min_one=min_one)
+                        assert_matches(info, metadata, want, offset)
+                        assert len(env.rsm.segment_requests) == 1
+    finally:
+        close_env(env)
+
+
+def test_a_read_from_an_indexed_batch_returns_the_bytes_as_read(tmp_path: Path) -> None:
+    """Where the index says the batch holding the offset starts (every batch is indexed
+    here), the answer is the bytes object the stream's one ``read`` returned, not a copy; a
+    batch larger than ``max_bytes`` (min-one-message) is assembled in the read buffer."""
+    rsm = RecordingStorage()
+    rsm.returned = []
+    env = env_with(tmp_path, rsm, **{"index.interval.bytes": 0, **BIG_SEGMENTS})
+    try:
+        fill(env.log, 30)
+        env.log.roll()
+        env.tier()
+        env.warm()
+        (metadata,) = env.segments
+        for offset in range(2, 27):  # 300 bytes from each (the segment's last 3 are shorter)
+            rsm.returned.clear()
+            info = env.read(offset, 300)
+            want = expected_read(env.log, metadata, offset, 300, True)
+            assert want is not None
+            assert_matches(info, metadata, want, offset)
+            assert any(chunk is info.records for chunk in rsm.returned), offset
+            rsm.returned.clear()
+            info = env.read(offset, 50)  # the batch (98 bytes) does not fit: a copy
+            assert info.records == want.records[:98]
+            assert not any(chunk is info.records for chunk in rsm.returned)
+    finally:
+        close_env(env)
+
+
+def test_batches_larger_than_the_read_buffer(bare: Env) -> None:
+    """Batches of about 120 KB (larger than a fresh read buffer, or than max_bytes): every
+    answer is Kafka's."""
+    fill(bare.log, 6, values_per_batch=40, size=3000)
+    bare.log.roll()
+    bare.tier()
+    bare.warm()
+    (metadata,) = bare.segments
+    data = bare.rsm.segment_paths(metadata)[".log"].read_bytes()
+    assert min(h.size_in_bytes for _, h in iter_batches(data)) > 100_000
+    for offset in (0, 39, 40, 100, 199, 239):
+        for max_bytes in (0, 1000, 130_000, 300_000):
+            for min_one in (True, False):
+                want = expected_read(bare.log, metadata, offset, max_bytes, min_one)
+                assert want is not None
+                info = bare.read(offset, max_bytes, min_one=min_one)
+                assert_matches(info, metadata, want, offset)
 
 
 # Bounded requests ------------------------------------------------------------------------------
@@ -742,6 +920,7 @@ def test_a_corrupt_remote_batch_names_the_segment_and_position(env: Env) -> None
     data = bytearray(remote_log.read_bytes())
     data[98 + 80] ^= 0xFF  # inside the records of the batch at position 98 (offset 1)
     remote_log.write_bytes(bytes(data))
+    env.reader = RemoteLogReader(env.rsm, env.rlmm, env.cache, env.log, verify_crc=True)
     with pytest.raises(CorruptRecordError, match="CRC mismatch") as err:
         env.read(1)
     assert str(metadata.remote_log_segment_id.id) in str(err.value)
@@ -756,6 +935,30 @@ def test_a_corrupt_remote_batch_names_the_segment_and_position(env: Env) -> None
     with pytest.raises(CorruptRecordError, match="smaller than the minimum") as err:
         env.read(3)
     assert err.value.position == 196 and str(metadata.remote_log_segment_id.id) in str(err.value)
+
+
+def test_crc_verification_is_off_by_default_but_headers_are_checked(env: Env) -> None:
+    """As on Kafka's broker, a read returns a batch whose records are corrupt (the consumer's
+    decoding, ``iter_batches_with_records``, finds it); an impossible header still fails."""
+    metadata = env.segments[0]
+    remote_log = env.rsm.segment_paths(metadata)[".log"]
+    good = remote_log.read_bytes()
+    data = bytearray(good)
+    data[98 + 80] ^= 0xFF  # inside the records of the batch at position 98 (offset 1)
+    remote_log.write_bytes(bytes(data))
+    info = env.read(1, 300)
+    assert info.records == bytes(data[98:398])
+    with pytest.raises(CorruptRecordError, match="CRC mismatch") as err:
+        list(iter_batches_with_records(info.records))
+    assert err.value.position == 0
+    # The third batch returned (position 294, offset 3) with a bad magic: not returned.
+    data[294 + 16] = 1
+    remote_log.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError, match="invalid record batch") as err:
+        env.read(1, 300)
+    assert err.value.position == 294 and str(metadata.remote_log_segment_id.id) in str(err.value)
+    # A partial last batch is returned unchecked (as Kafka does; a consumer drops it).
+    assert env.read(1, 200).records == bytes(data[98:298])
 
 
 def test_a_truncated_remote_segment_is_corrupt_not_skipped(env: Env) -> None:

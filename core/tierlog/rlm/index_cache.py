@@ -33,12 +33,21 @@ kept so a broker's directory and tierlog's are interchangeable:
 - **Corruption.** A cached file that fails its sanity check when an entry is built is fetched
   again; a file the RSM serves corrupt raises ``CorruptIndexError`` and nothing is cached.
 
+**Offset lookups in memory.** A remote segment's indexes never change once downloaded, and
+every read looks its offset index up several times (where to start, and the entries bounding the
+byte range to request). So the first lookup on an entry decodes the offset index once into two
+``array('i')`` (relative offsets and positions, 8 bytes per entry, as on disk) and every lookup
+is then a ``bisect`` over them, with the same answers as the file-searching ``OffsetIndex``
+methods. Entries loaded at startup and never read cost no memory beyond their open files.
+
 Thread safety. One lock guards the map; a missing entry is loaded by one thread while the others
 asking for the same segment wait for it, and lookups of other segments are not blocked by the
-download. A file is never deleted under a reader: every lookup holds a reference on its entry,
-and the cleaner closes and deletes an entry's files only once no reference is left (the renames
-of the first phase are harmless to open files). ``close`` waits for operations in flight, then
-closes the files without deleting them, so a restart reloads them.
+download. A file is never deleted under a reader: every lookup that reads a file holds a
+reference on its entry, and the cleaner closes and deletes an entry's files only once no
+reference is left (the renames of the first phase are harmless to open files). The decoded offset
+index is built under the entry's lock and never changed, so offset lookups read it without one.
+``close`` waits for operations in flight, then closes the files without deleting them, so a
+restart reloads them.
 """
 
 from __future__ import annotations
@@ -49,8 +58,11 @@ import itertools
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
+from array import array
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -180,14 +192,115 @@ def _open_txn_index(path: Path, start_offset: int) -> TransactionIndex:
     return index
 
 
+# Decoded offset indexes ------------------------------------------------------------------------
+_INT32: Final = next(code for code in ("i", "l") if array(code).itemsize == 4)
+"""The ``array`` type code of a 4-byte signed integer (``i`` on every platform CPython runs on)."""
+
+
+class _DecodedOffsetIndex:
+    """An offset index held in memory: ``bisect`` over its relative offsets and positions.
+
+    Answers exactly as ``OffsetIndex.lookup`` and ``fetch_upper_bound_offset`` do on the file
+    (entries are sorted by both fields, which ``OffsetIndex.sanity_check`` guarantees for every
+    file the cache opens). Immutable once built, so threads share it without a lock.
+    """
+
+    __slots__ = ("_base", "_offsets", "_positions")
+
+    def __init__(self, base_offset: int, relative_offsets: array[int], positions: array[int]):
+        self._base = base_offset
+        self._offsets = relative_offsets
+        self._positions = positions
+
+    @classmethod
+    def read(cls, index: OffsetIndex) -> _DecodedOffsetIndex:
+        """Decode the file at ``index.path`` in one read (a few MiB for a large segment).
+
+        Only for a live entry's index, under the entry's lock: its name is then its own (renames
+        happen under that lock) and the file is not deleted while a reference is held.
+        """
+        size = index.entries * OffsetIndex.ENTRY_SIZE
+        with open(index.path, "rb") as file:
+            data = file.read(size)
+        if len(data) != size:
+            raise CorruptIndexError(
+                f"index {index.path} is shorter than expected: wanted {size} bytes, got "
+                f"{len(data)} (was the file truncated by another process?)",
+                path=str(index.path),
+                position=len(data),
+            )
+        words = array(_INT32)
+        words.frombytes(data)
+        if sys.byteorder == "little":
+            words.byteswap()  # the file is big-endian
+        return cls(index.base_offset, words[0::2], words[1::2])
+
+    @classmethod
+    def iterate(cls, index: OffsetIndex) -> _DecodedOffsetIndex:
+        """Decode through the index's own open file, entry by entry (slower than ``read``).
+
+        For an entry already renamed to ``*.deleted``: that name is not its own any more (a later
+        entry of the same segment, removed in turn, replaces the file under it), while the open
+        file stays the one it loaded.
+        """
+        base = index.base_offset
+        offsets = array(_INT32)
+        positions = array(_INT32)
+        for offset, position in index:
+            offsets.append(offset - base)
+            positions.append(position)
+        return cls(base, offsets, positions)
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The largest entry whose offset is <= ``target_offset``, else ``(base_offset, 0)``."""
+        slot = bisect_right(self._offsets, target_offset - self._base) - 1
+        if slot < 0:
+            return OffsetPosition(self._base, 0)
+        return OffsetPosition(self._base + self._offsets[slot], self._positions[slot])
+
+    def read_bounds(
+        self, target_offset: int
+    ) -> tuple[OffsetPosition, OffsetPosition | None, OffsetPosition | None]:
+        """``lookup(target_offset)`` and the first two entries whose positions are after its
+        position, or None, with one search: positions strictly increase (``sanity_check``), so
+        those are the next two slots."""
+        base = self._base
+        offsets = self._offsets
+        positions = self._positions
+        slot = bisect_right(offsets, target_offset - base) - 1
+        if slot >= 0:
+            found = OffsetPosition(base + offsets[slot], positions[slot])
+            nxt = slot + 1
+        else:
+            found = OffsetPosition(base, 0)
+            nxt = 0 if positions and positions[0] > 0 else 1
+        count = len(positions)
+        if nxt >= count:
+            return found, None, None
+        bound = OffsetPosition(base + offsets[nxt], positions[nxt])
+        nxt += 1
+        if nxt >= count:
+            return found, bound, None
+        return found, bound, OffsetPosition(base + offsets[nxt], positions[nxt])
+
+    def first_at_or_after(self, position: int) -> OffsetPosition | None:
+        """The first entry whose position is >= ``position``, or None."""
+        slot = bisect_left(self._positions, position)
+        if slot == len(self._positions):
+            return None
+        return OffsetPosition(self._base + self._offsets[slot], self._positions[slot])
+
+
 # Entries ---------------------------------------------------------------------------------------
 class RemoteIndexCacheEntry:
     """The three indexes of one remote segment, and the bookkeeping that keeps them readable.
 
-    Lookups go through the methods here (or through the cache), which hold a reference on the
-    entry for their duration: the cleaner closes and deletes the files only when no reference is
-    left. The index objects are exposed for inspection; reading them directly is safe while the
-    entry is in the cache or a reference is held (``RemoteIndexCache.acquire``).
+    Lookups go through the methods here (or through the cache); those that read a file hold a
+    reference on the entry for their duration: the cleaner closes and deletes the files only when
+    no reference is left. Offset lookups use the offset index decoded in memory by the first one
+    (which reads the file under a reference). The index objects are exposed for inspection;
+    reading them directly is safe while the entry is in the cache or a reference is held
+    (``RemoteIndexCache.acquire``).
     """
 
     def __init__(
@@ -201,12 +314,13 @@ class RemoteIndexCacheEntry:
         self._offset_index = offset_index
         self._time_index = time_index
         self._txn_index = txn_index
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()  # reentrant: _offsets decodes under it in _reading
         self._refs = 0
         self._marked_for_cleanup = False
         self._cleanup_requested = False
         self._cleaned = False
         self._closed = False
+        self._decoded: _DecodedOffsetIndex | None = None
         self._size_bytes = (
             offset_index.size_in_bytes() + time_index.size_in_bytes() + txn_index.size_in_bytes
         )
@@ -256,7 +370,7 @@ class RemoteIndexCacheEntry:
 
     # References ----------------------------------------------------------------------------------
     def _retain(self) -> None:
-        with self._cond:
+        with self._lock:
             if self._cleaned or self._closed:
                 raise IllegalStateError(
                     f"the index entry of remote segment {self._segment_id} was "
@@ -265,7 +379,7 @@ class RemoteIndexCacheEntry:
             self._refs += 1
 
     def _release(self) -> None:
-        with self._cond:
+        with self._lock:
             self._refs -= 1
             if self._refs == 0 and self._cleanup_requested and not self._cleaned:
                 self._delete_files()
@@ -279,10 +393,30 @@ class RemoteIndexCacheEntry:
             self._release()
 
     # Lookups -------------------------------------------------------------------------------------
+    def _offsets(self) -> _DecodedOffsetIndex:
+        """The offset index in memory, decoded by the first lookup.
+
+        Built once (under a reference, so the file is there, and under the entry's lock) and
+        never changed afterwards, so lookups read it without a reference or a lock; they still
+        fail once the entry was deleted or closed, as lookups on the files would.
+        """
+        decoded = self._decoded
+        if decoded is None or self._cleaned or self._closed:
+            # _reading raises IllegalStateError once the entry was deleted or closed.
+            with self._reading(), self._lock:
+                decoded = self._decoded
+                if decoded is None:
+                    index = self._offset_index
+                    decoded = self._decoded = (
+                        _DecodedOffsetIndex.iterate(index)
+                        if self._marked_for_cleanup
+                        else _DecodedOffsetIndex.read(index)
+                    )
+        return decoded
+
     def lookup_offset(self, offset: int) -> OffsetPosition:
         """The largest offset index entry <= ``offset``, else ``(start offset, 0)``."""
-        with self._reading():
-            return self._offset_index.lookup(offset)
+        return self._offsets().lookup(offset)
 
     def lookup_timestamp(self, timestamp: int, starting_offset: int) -> OffsetPosition:
         """Where to start scanning for the first record at or after ``timestamp`` and
@@ -290,7 +424,7 @@ class RemoteIndexCacheEntry:
         (Kafka's ``Entry.lookupTimestamp``)."""
         with self._reading():
             found = self._time_index.lookup(timestamp)
-            return self._offset_index.lookup(max(starting_offset, found.offset))
+        return self._offsets().lookup(max(starting_offset, found.offset))
 
     def first_entry_after(self, position: int) -> OffsetPosition | None:
         """The first offset index entry whose position is > ``position``, or None.
@@ -299,17 +433,21 @@ class RemoteIndexCacheEntry:
         that entry's, the batch holding the target starts at or before the entry's position:
         the read path uses it to bound the byte range it asks remote storage for.
         """
-        with self._reading():
-            return self._offset_index.fetch_upper_bound_offset(
-                OffsetPosition(self._offset_index.base_offset, position), 1
-            )
+        return self._offsets().first_at_or_after(position + 1)
+
+    def read_bounds(
+        self, offset: int
+    ) -> tuple[OffsetPosition, OffsetPosition | None, OffsetPosition | None]:
+        """``lookup_offset(offset)`` and the next two entries by position after it (or None):
+        what a read of ``offset`` needs to know which bytes to request, in one call."""
+        return self._offsets().read_bounds(offset)
 
     def fetch_upper_bound_offset(
         self, fetch_offset: OffsetPosition, fetch_size: int
     ) -> OffsetPosition | None:
-        """``OffsetIndex.fetch_upper_bound_offset``: an entry certainly past a fetch."""
-        with self._reading():
-            return self._offset_index.fetch_upper_bound_offset(fetch_offset, fetch_size)
+        """``OffsetIndex.fetch_upper_bound_offset``: the first entry whose position is >=
+        ``fetch_offset.position + fetch_size`` (an entry certainly past a fetch), or None."""
+        return self._offsets().first_at_or_after(fetch_offset.position + fetch_size)
 
     def collect_aborted_txns(
         self, fetch_offset: int, upper_bound_offset: int
@@ -321,7 +459,7 @@ class RemoteIndexCacheEntry:
     # Removal -------------------------------------------------------------------------------------
     def mark_for_cleanup(self) -> None:
         """Rename the three files to ``*.deleted`` (idempotent); open files stay readable."""
-        with self._cond:
+        with self._lock:
             if self._marked_for_cleanup or self._cleaned:
                 return
             self._marked_for_cleanup = True
@@ -337,7 +475,7 @@ class RemoteIndexCacheEntry:
         A no-op unless the entry was marked; when lookups are in progress the last one to finish
         does the deletion.
         """
-        with self._cond:
+        with self._lock:
             if not self._marked_for_cleanup or self._cleaned:
                 return
             self._cleanup_requested = True
@@ -355,7 +493,7 @@ class RemoteIndexCacheEntry:
 
     def close(self) -> None:
         """Close the files without deleting them (the cache is closing; a restart reloads them)."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             for index in (self._offset_index, self._time_index, self._txn_index):
                 try:
@@ -505,7 +643,9 @@ class RemoteIndexCache:
         self._max_size = max_size_bytes
         self._ttl_ms = ttl_ms
         self._clock = clock
-        self._lock = threading.Condition()
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)
+        """Notified when the last operation in flight ends (``close`` waits for it)."""
         self._entries: OrderedDict[Uuid, RemoteIndexCacheEntry] = OrderedDict()
         self._accessed: dict[Uuid, int] = {}
         self._loading: dict[Uuid, _Load] = {}
@@ -785,31 +925,54 @@ class RemoteIndexCache:
         load.done.set()
         return entry
 
-    @contextmanager
-    def _operation(self) -> Iterator[None]:
-        """Count an operation in flight so ``close`` waits for it."""
+    def _end_operation(self) -> None:
+        """End an operation counted in ``_active`` (``close`` waits for none to be left)."""
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.notify_all()
+
+    def acquire_entry(self, metadata: RemoteLogSegmentMetadata) -> RemoteIndexCacheEntry:
+        """``acquire`` without a ``with`` block, for the read path (one call each way instead
+        of three context managers, and a hit takes the lock once): the entry, held until
+        ``release(entry)``, which must follow in a ``finally``."""
+        key = metadata.remote_log_segment_id.id
         with self._lock:
             if self._closed:
                 raise IllegalStateError("RemoteIndexCache is closed")
+            now = self._clock()
+            self._expire_locked(now)
+            entry = self._entries.get(key)
+            if entry is not None:  # a hit, as _acquire_entry counts it
+                self._entries.move_to_end(key)
+                self._accessed[key] = now
+                self._hits += 1
+                entry._retain()
+                self._active += 1
+                return entry
             self._active += 1
         try:
-            yield
+            return self._acquire_entry(metadata)
+        except BaseException:
+            self._end_operation()
+            raise
+
+    def release(self, entry: RemoteIndexCacheEntry) -> None:
+        """End an ``acquire_entry``."""
+        try:
+            entry._release()
         finally:
-            with self._lock:
-                self._active -= 1
-                if self._active == 0:
-                    self._lock.notify_all()
+            self._end_operation()
 
     @contextmanager
     def acquire(self, metadata: RemoteLogSegmentMetadata) -> Iterator[RemoteIndexCacheEntry]:
         """The segment's entry, fetched if needed, with its files guaranteed readable (and
         ``close`` held off) until the block ends."""
-        with self._operation():
-            entry = self._acquire_entry(metadata)
-            try:
-                yield entry
-            finally:
-                entry._release()
+        entry = self.acquire_entry(metadata)
+        try:
+            yield entry
+        finally:
+            self.release(entry)
 
     def get_index_entry(self, metadata: RemoteLogSegmentMetadata) -> RemoteIndexCacheEntry:
         """The segment's entry, fetched from the RSM the first time (Kafka's ``getIndexEntry``).
@@ -917,7 +1080,7 @@ class RemoteIndexCache:
                 return
             self._closed = True
             while self._active:
-                self._lock.wait()
+                self._idle.wait()
             entries = list(self._entries.values())
         self._cleaner.stop()
         for entry in entries:

@@ -32,15 +32,35 @@ GET) then transfers at most about ``index.interval.bytes + max_bytes`` bytes. Wh
 (it bounds too little), the stream is reopened past the range, so the answer never depends on the
 bound. With a warm index cache a read makes exactly one RSM request.
 
+**Reading the bytes once.** A catch-up read moves about ``max_bytes`` per call, so what it costs
+beyond the RSM's own read is what matters: the bytes are read once, never joined or copied again.
+The bytes before the batch holding the offset (normally the one batch of the index entry found,
+which Kafka reads too) are read in one call into the reading thread's scratch buffer (a
+``bytearray`` kept per thread; with the stream's ``read1`` when it has one, so that a buffered
+stream does not read ahead bytes it would then copy out) and their headers walked there. Where
+the index says the answer starts (at the entry found if its batch ends at the offset, else at
+the next entry), ``max_bytes`` are read from the stream in one ``read`` and that ``bytes`` object
+is returned as it is once its first header shows the batch holding the offset: the same read, into
+the same kind of object, as a raw ranged fetch of those bytes. Anything unusual (the index was
+wrong, the first batch is larger than ``max_bytes``, the range or the segment ends first, a bad
+header) hands those bytes to the buffer, where the general path walks the headers (reading on
+with ``readinto``) and gives the answer, copied out of the buffer once, or the error. Either way
+the answer is Kafka's to the byte. The offset index itself is searched in memory
+(``RemoteIndexCacheEntry`` decodes it once): locating the range is three ``bisect`` calls.
+
 **Partial last batch.** As in Kafka, the records end wherever the buffer does, which may be inside
 a batch (a Kafka consumer drops such a tail); ``trim_partial_batch`` cuts it off for callers that
 want whole batches only, as the local log returns.
 
-**Checks.** Every batch header crossed is checked (size, magic) and every whole batch returned is
-CRC-checked; a failure is ``CorruptRecordError`` naming the remote segment and byte position.
-Kafka's broker does not verify on this path (its consumer does), and it treats a segment that
+**Checks.** Every batch header crossed or returned is checked (size, magic); a failure is
+``CorruptRecordError`` naming the remote segment and byte position. CRCs are not checked by
+default (``RemoteLogReader(verify_crc=True)`` checks every whole batch returned): Kafka's broker
+does not verify on this path either, its consumer does, and so does tierlog's ``Node.fetch``,
+which decodes what a read returns with ``iter_batches_with_records(verify_crc=True)``; a corrupt
+remote batch still ends in a typed error before anyone sees its records, without checksumming
+every byte twice (about 0.1 ms per MiB, a quarter of a warm read). Kafka treats a segment that
 ends inside a batch as the end of the data; here a truncated batch before the buffer's end is
-corruption too, since going on to the next segment would silently skip records.
+corruption, since going on to the next segment would silently skip records.
 
 **Errors.** A segment deleted between the metadata lookup and the fetch (the RSM says
 ``RemoteResourceNotFoundException``, or the index cache cannot fetch its offset index): its cache
@@ -56,18 +76,20 @@ with its bounded queue.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, BinaryIO, Final, Protocol, Self, TypeVar
+from typing import Any, BinaryIO, Final, NamedTuple, Protocol, Self, TypeVar
 
 from tierlog.log.batch import (
     ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
     HEADER,
     HEADER_SIZE_UP_TO_MAGIC,
     LEGACY_RECORD_OVERHEAD_V0,
@@ -106,6 +128,7 @@ from tierlog.rlm.lineage import (
     next_segment_with_txn_index,
 )
 from tierlog.spi import (
+    CorruptRecordError,
     IllegalStateError,
     InvalidArgumentError,
     RemoteLogMetadataManager,
@@ -148,7 +171,21 @@ LATEST_TIERED_TIMESTAMP: Final = -5
 """Kafka's ``ListOffsetsRequest.LATEST_TIERED_TIMESTAMP``: the highest offset in remote storage."""
 NO_PARTITION_LEADER_EPOCH: Final = -1
 
-_SKIP_CHUNK: Final = 64 * 1024
+_MIN_SCRATCH: Final = 64 * 1024
+"""The size of a new read buffer (it grows when a read needs more)."""
+_SCRATCH_MAX: Final = 4 << 20
+"""The largest read buffer a thread keeps between reads (room for a fetch of the default
+``max.partition.fetch.bytes``, 1 MiB, and what precedes it; larger reads allocate their own),
+and the most bytes read ahead of the batch holding the offset in one call."""
+_LENGTH_OFFSET: Final = 8
+_MIN_BATCH_LENGTH: Final = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+_MAGIC_OFFSET: Final = 16
+_LENGTH_AND_MAGIC: Final = struct.Struct(">i4xb")
+"""A batch's Length and magic, from ``_LENGTH_OFFSET`` (the leader epoch between them)."""
+_DIRECT_HEADER: Final = struct.Struct(">qi4xb6xi")
+"""A batch's BaseOffset, Length, magic and LastOffsetDelta (what a read needs of its first)."""
+_INT32: Final = struct.Struct(">i")
+_UINT32: Final = struct.Struct(">I")
 _MAX_OFFSET: Final = (1 << 63) - 1
 
 _T = TypeVar("_T")
@@ -293,11 +330,50 @@ def _describe(metadata: RemoteLogSegmentMetadata) -> str:
     )
 
 
-class _SegmentStream:
+# The calling thread's read buffer -------------------------------------------------------------
+_scratch = threading.local()
+
+
+def _take_scratch(size: int) -> bytearray:
+    """A buffer of at least ``size`` bytes: the thread's scratch buffer if it is free and large
+    enough (it is then taken until given back), else a new one."""
+    buffer: bytearray | None = getattr(_scratch, "buffer", None)
+    if buffer is not None and len(buffer) >= size:
+        _scratch.buffer = None
+        return buffer
+    return bytearray(size)
+
+
+def _give_back_scratch(buffer: bytearray) -> None:
+    """Keep ``buffer`` as the thread's scratch buffer, unless it is larger than
+    ``_SCRATCH_MAX`` or the thread already keeps a larger one."""
+    if len(buffer) > _SCRATCH_MAX:
+        return
+    current: bytearray | None = getattr(_scratch, "buffer", None)
+    if current is None or len(current) < len(buffer):
+        _scratch.buffer = buffer
+
+
+class _SegmentBuffer:
     """The bytes of a remote segment from a position, from one ranged RSM request.
 
-    ``end`` (inclusive) bounds the first request; if reading goes past it, the rest of the
-    segment is requested (an index that bounded too little must not change the answer).
+    ``end`` (inclusive) bounds the request; if the read needs bytes past it, the rest of the
+    segment is requested from there (an index that bounded too little must not change the
+    answer). Two ways to read:
+
+    - ``fill`` reads into one buffer (``readinto``) exactly the bytes asked for: the stream is
+      never asked for more, so its position is always ``available``. The buffer holds the
+      segment's bytes from ``base`` to ``available``; ``fill`` may drop those before its
+      ``keep`` position when it needs room, so scanning a long range keeps about one batch in
+      memory. It is the thread's scratch buffer (``_take_scratch``), given back by ``close``.
+    - ``read_direct`` returns the stream's next bytes as a new ``bytes`` object, which a read
+      can return as it is (no copy); ``push`` hands them to the buffer when it cannot.
+
+    A buffered stream (the ``local`` RSM's ``io.BufferedReader``) reads a buffer-full ahead on
+    a small read and copies it out on the next: ``fill(..., ahead=False)``, for the bytes before
+    a ``read_direct``, uses the stream's ``read1`` when it has one (the bytes it holds, else one
+    read of the underlying stream, without read-ahead), so that they do not cost a copy of the
+    stream's buffer-full of the bytes after them.
     """
 
     def __init__(
@@ -312,9 +388,12 @@ class _SegmentStream:
             end = None  # the range reaches the segment's end anyway
         self._rsm = rsm
         self._metadata = metadata
-        self._position = start
         self._end = end
+        self._base = start
+        self._filled = 0
+        self._at_end = False
         self._stream = self._open(start, end)
+        self._data = _take_scratch(_MIN_SCRATCH)
 
     def _open(self, start: int, end: int | None) -> BinaryIO:
         try:
@@ -323,116 +402,242 @@ class _SegmentStream:
             raise _SegmentGone(self._metadata) from exc
 
     @property
-    def position(self) -> int:
-        """The segment position of the next byte to read."""
-        return self._position
+    def data(self) -> bytearray:
+        """The buffer: ``data[i]`` is the segment's byte at position ``base + i``, for positions
+        below ``available`` (the rest is stale). Valid until the next ``fill`` or ``push``."""
+        return self._data
 
-    def read(self, size: int) -> bytes:
-        """Up to ``size`` bytes; fewer only at the end of the segment."""
-        parts: list[bytes] = []
-        want = size
-        while want > 0:
-            chunk = self._stream.read(want)
-            if not chunk:
-                if self._end is not None and self._position > self._end:
+    @property
+    def base(self) -> int:
+        """The segment position of ``data[0]``."""
+        return self._base
+
+    @property
+    def available(self) -> int:
+        """The segment position after the last byte read (the stream's position)."""
+        return self._base + self._filled
+
+    def fill(self, upto: int, keep: int, *, ahead: bool = True) -> int:
+        """Read until the buffer holds the segment's bytes up to position ``upto`` (exclusive)
+        or the segment ends; ``available`` afterwards.
+
+        The bytes before position ``keep`` may be dropped to make room (``base`` moves up).
+        ``ahead=False``: the stream should not read ahead (a ``read_direct`` follows).
+        """
+        have = self._base + self._filled
+        if upto <= have or self._at_end:
+            return have
+        if upto - self._base > len(self._data):
+            self._make_room(min(keep, have), upto)
+        with memoryview(self._data) as view:
+            while self._base + self._filled < upto:
+                position = self._base + self._filled
+                n = self._read_into(view[self._filled : upto - self._base], ahead)
+                if n:
+                    self._filled += n
+                elif self._end is not None and position > self._end:
+                    # The bounded range was too short: the rest of the segment, from here.
                     self._stream.close()
                     self._end = None
-                    self._stream = self._open(self._position, None)
-                    continue
-                break
-            parts.append(chunk)
-            self._position += len(chunk)
-            want -= len(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+                    self._stream = self._open(position, None)
+                else:
+                    self._at_end = True
+                    break
+        return self._base + self._filled
+
+    def _read_into(self, view: memoryview, ahead: bool) -> int:
+        """Some of the stream's next bytes into ``view``; how many (0 at its end)."""
+        stream: Any = self._stream  # a BinaryIO need not have read1 or readinto
+        read1 = None if ahead else getattr(stream, "read1", None)
+        if read1 is None:
+            readinto = getattr(stream, "readinto", None)
+            if readinto is not None:
+                return int(readinto(view) or 0)
+            read1 = stream.read
+        chunk = read1(len(view))
+        view[: len(chunk)] = chunk
+        return len(chunk)
+
+    def read_direct(self, size: int) -> bytes:
+        """The stream's next ``size`` bytes as a new ``bytes`` object (fewer where the request
+        or the segment ends, or the stream reads short), from ``available`` on.
+
+        They are not in the buffer: a caller that does not keep them must ``push`` them.
+        """
+        return self._stream.read(size)
+
+    def push(self, data: bytes, keep: int) -> None:
+        """Put in the buffer what ``read_direct`` returned (it follows ``available``)."""
+        have = self._base + self._filled
+        if have + len(data) - self._base > len(self._data):
+            self._make_room(min(keep, have), have + len(data))
+        self._data[self._filled : self._filled + len(data)] = data
+        self._filled += len(data)
+
+    def _make_room(self, keep: int, upto: int) -> None:
+        """Drop the bytes before position ``keep``, then grow the buffer to reach ``upto``."""
+        data = self._data
+        drop = keep - self._base
+        if drop > 0:
+            kept = self._filled - drop
+            if kept:
+                with memoryview(data) as view:
+                    view[:kept] = view[drop : self._filled]  # a memmove
+            self._base = keep
+            self._filled = kept
+        if upto - self._base > len(data):
+            grown = bytearray(upto - self._base)
+            with memoryview(data) as view:
+                grown[: self._filled] = view[: self._filled]
+            self._data = grown
 
     def close(self) -> None:
-        self._stream.close()
+        try:
+            self._stream.close()
+        finally:
+            _give_back_scratch(self._data)
 
 
-def _read_exactly(stream: _SegmentStream, size: int, what: str, at: int, where: str) -> bytes:
-    data = stream.read(size)
-    if len(data) != size:
-        raise corrupt(
-            f"the segment ends inside {what}: {len(data)} of {size} bytes could be read", at, where
-        )
-    return data
+def _header_at(
+    buffer: _SegmentBuffer, at: int, metadata: RemoteLogSegmentMetadata
+) -> RecordBatch | None:
+    """The header of the batch at segment position ``at``, or None at the end of the segment.
 
-
-def _next_header(stream: _SegmentStream, where: str) -> tuple[RecordBatch, bytes] | None:
-    """The next batch's header and its 61 raw bytes, or None at the end of the segment.
-
-    Read as Kafka's ``RemoteLogInputStream``: the 17 bytes up to the magic first (the size is
-    checked before the magic), then the rest of the header.
+    Checked as Kafka's ``RemoteLogInputStream`` reads it: the 17 bytes up to the magic first
+    (the size is checked before the magic), then the rest of the header.
     """
-    at = stream.position
-    head = stream.read(HEADER_SIZE_UP_TO_MAGIC)
-    if not head:
+    available = buffer.fill(at + HEADER_SIZE_UP_TO_MAGIC, at) - at
+    if available <= 0:
         return None
-    if len(head) < HEADER_SIZE_UP_TO_MAGIC:
+    if available < HEADER_SIZE_UP_TO_MAGIC:
         raise corrupt(
-            f"truncated record batch header ({len(head)} bytes, at least "
+            f"truncated record batch header ({available} bytes, at least "
             f"{HEADER_SIZE_UP_TO_MAGIC} needed)",
             at,
-            where,
+            _describe(metadata),
         )
-    length = int.from_bytes(head[8:12], "big", signed=True)
+    length, magic = _LENGTH_AND_MAGIC.unpack_from(buffer.data, at - buffer.base + _LENGTH_OFFSET)
     if length < LEGACY_RECORD_OVERHEAD_V0:
         raise corrupt(
             f"record size {length} is smaller than the minimum record overhead "
             f"({LEGACY_RECORD_OVERHEAD_V0})",
             at,
-            where,
+            _describe(metadata),
         )
-    magic = head[16]
     if magic != MAGIC_V2:
-        raise bad_magic(magic if magic < 128 else magic - 256, at, where)
-    if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
+        raise bad_magic(magic, at, _describe(metadata))
+    if length < _MIN_BATCH_LENGTH:
         raise corrupt(
-            f"record batch length {length} is smaller than the minimum "
-            f"{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD}",
+            f"record batch length {length} is smaller than the minimum {_MIN_BATCH_LENGTH}",
             at,
-            where,
+            _describe(metadata),
         )
-    raw = head + _read_exactly(
-        stream, RECORD_BATCH_OVERHEAD - HEADER_SIZE_UP_TO_MAGIC, "a record batch header", at, where
-    )
-    return RecordBatch._make(HEADER.unpack(raw)), raw
+    available = buffer.fill(at + RECORD_BATCH_OVERHEAD, at) - at
+    if available < RECORD_BATCH_OVERHEAD:
+        raise corrupt(
+            "the segment ends inside a record batch header: "
+            f"{available - HEADER_SIZE_UP_TO_MAGIC} of "
+            f"{RECORD_BATCH_OVERHEAD - HEADER_SIZE_UP_TO_MAGIC} bytes could be read",
+            at,
+            _describe(metadata),
+        )
+    return RecordBatch._make(HEADER.unpack_from(buffer.data, at - buffer.base))
 
 
-def _skip(stream: _SegmentStream, size: int, at: int, where: str) -> None:
-    while size > 0:
-        step = min(size, _SKIP_CHUNK)
-        _read_exactly(stream, step, "a record batch", at, where)
-        size -= step
+def _require_batch(
+    buffer: _SegmentBuffer, at: int, size: int, metadata: RemoteLogSegmentMetadata
+) -> None:
+    """Read the whole batch at ``at`` (``size`` bytes, its header read already); a segment that
+    ends inside it is corrupt."""
+    available = buffer.fill(at + size, at) - at
+    if available < size:
+        raise corrupt(
+            f"the segment ends inside a record batch: {available - RECORD_BATCH_OVERHEAD} of "
+            f"{size - RECORD_BATCH_OVERHEAD} bytes could be read",
+            at,
+            _describe(metadata),
+        )
 
 
-def _check_crcs(data: bytes, first_position: int, where: str) -> None:
-    """CRC-check every whole batch of ``data`` (a partial last batch cannot be checked)."""
-    view = memoryview(data)
+def _skip_below(buffer: _SegmentBuffer, at: int, stop: int, offset: int) -> int:
+    """The position of the first batch from ``at`` on that is not a sound batch, wholly
+    before ``stop`` and held in the buffer, of offsets below ``offset``: the batches a read of
+    ``offset`` skips, checked as ``_header_at`` and ``_require_batch`` would pass them. The read
+    goes on from there (which reports whatever stopped this walk, if it is an error)."""
+    data = buffer.data
+    base = buffer.base
+    unpack = _DIRECT_HEADER.unpack_from
+    while at + _DIRECT_HEADER.size <= stop:
+        base_offset, length, magic, last_delta = unpack(data, at - base)
+        nxt = at + LOG_OVERHEAD + length
+        if (
+            length < _MIN_BATCH_LENGTH
+            or magic != MAGIC_V2
+            or nxt > stop
+            or base_offset + last_delta >= offset
+        ):
+            break
+        at = nxt
+    return at
+
+
+def _check_batches(
+    records: memoryview | bytes,
+    first_position: int,
+    metadata: RemoteLogSegmentMetadata,
+    verify_crc: bool,
+) -> None:
+    """Check the header of every whole batch of ``records`` (length, magic) and, with
+    ``verify_crc``, its CRC; a partial last batch cannot be checked.
+
+    This loop is the read's only per-batch work, so it is kept tight: one ``unpack_from`` per
+    batch while its first 17 bytes are there, then the tail (at most 16 bytes) apart.
+    """
+    end = len(records)
+    last_full = end - HEADER_SIZE_UP_TO_MAGIC
+    unpack = _LENGTH_AND_MAGIC.unpack_from
     pos = 0
-    end = len(data)
-    while pos + LOG_OVERHEAD <= end:
-        length = int.from_bytes(view[pos + 8 : pos + 12], "big", signed=True)
-        size = LOG_OVERHEAD + length
-        if pos + size > end:
+    while pos <= last_full:
+        length, magic = unpack(records, pos + _LENGTH_OFFSET)
+        nxt = pos + LOG_OVERHEAD + length
+        if nxt > end:
             return
-        if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or view[pos + 16] != MAGIC_V2:
-            raise corrupt(
-                f"invalid record batch (length {length}, magic {view[pos + 16]})",
-                first_position + pos,
-                where,
-            )
-        stored = int.from_bytes(view[pos + 17 : pos + 21], "big")
-        computed = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size])
-        if computed != stored:
-            raise crc_mismatch(stored, computed, first_position + pos, where)
-        pos += size
+        if length < _MIN_BATCH_LENGTH or magic != MAGIC_V2:
+            raise _invalid_batch(records, pos, length, first_position, metadata)
+        if verify_crc:
+            (stored,) = _UINT32.unpack_from(records, pos + CRC_OFFSET)
+            with memoryview(records) as view:  # no copy of the batch
+                computed = crc32c(view[pos + ATTRIBUTES_OFFSET : nxt])
+            if computed != stored:
+                raise crc_mismatch(stored, computed, first_position + pos, _describe(metadata))
+        pos = nxt
+    if pos + LOG_OVERHEAD <= end:
+        # Fewer than 17 bytes left: a partial batch, unless its Length says it ends there.
+        (length,) = _INT32.unpack_from(records, pos + _LENGTH_OFFSET)
+        if pos + LOG_OVERHEAD + length <= end:
+            raise _invalid_batch(records, pos, length, first_position, metadata)
 
 
-@dataclass(frozen=True, slots=True)
-class _SegmentRead:
+def _invalid_batch(
+    records: memoryview | bytes,
+    pos: int,
+    length: int,
+    first_position: int,
+    metadata: RemoteLogSegmentMetadata,
+) -> CorruptRecordError:
+    """The error for a batch of ``records`` at ``pos`` with a bad Length or magic (a Length
+    below the minimum may leave the magic outside ``records``)."""
+    magic = records[pos + _MAGIC_OFFSET] if pos + _MAGIC_OFFSET < len(records) else None
+    return corrupt(
+        f"invalid record batch (length {length}, magic {magic})",
+        first_position + pos,
+        _describe(metadata),
+    )
+
+
+class _SegmentRead(NamedTuple):
     """What was read from one segment: the first batch's base offset and position, the bytes,
-    and whether the first batch was too large to return."""
+    and whether the first batch was too large to return (a tuple: built on every read)."""
 
     base_offset: int
     position: int
@@ -450,6 +655,13 @@ class RemoteLogReader:
     here). ``metrics`` and ``fetch_quota`` receive what Kafka's ``RemoteLogReader`` task
     records; ``clock`` (seconds, monotonic) times reads. Thread-safe: reads run concurrently on
     the ``RemoteReaderPool``.
+
+    ``verify_crc`` also CRC-checks every whole batch a read returns. Off by default, as on
+    Kafka's broker, which does not verify on this path either: the consumer does, and tierlog's
+    ``Node.fetch`` decodes what it returns with ``iter_batches_with_records(verify_crc=True)``,
+    so a corrupt remote batch still ends in a typed ``CorruptRecordError`` before anyone sees
+    its records, while checking here too would checksum every byte twice (about 0.1 ms per MiB,
+    a quarter of a warm read). The headers (length bounds, magic) are checked either way.
     """
 
     def __init__(
@@ -462,8 +674,10 @@ class RemoteLogReader:
         metrics: FetchMetrics | None = None,
         fetch_quota: FetchQuota | None = None,
         clock: Callable[[], float] = time.monotonic,
+        verify_crc: bool = False,
     ) -> None:
         self._rsm = rsm
+        self._verify_crc = verify_crc
         self._rlmm = rlmm
         self._cache = index_cache
         self._metrics = metrics
@@ -567,16 +781,22 @@ class RemoteLogReader:
             return None
         return self._rlmm.remote_log_segment_metadata(metadata.topic_id_partition, epoch, offset)
 
+    def _acquire(self, metadata: RemoteLogSegmentMetadata) -> RemoteIndexCacheEntry:
+        """The segment's index cache entry, held until ``self._cache.release``; a segment
+        whose offset or time index is gone from remote storage is ``_SegmentGone``."""
+        try:
+            return self._cache.acquire_entry(metadata)
+        except RemoteResourceNotFoundException as exc:
+            raise _SegmentGone(metadata) from exc
+
     @contextmanager
     def _index_entry(self, metadata: RemoteLogSegmentMetadata) -> Iterator[RemoteIndexCacheEntry]:
-        """The segment's index cache entry, held; a segment whose offset or time index is gone
-        from remote storage is ``_SegmentGone``."""
-        with ExitStack() as stack:
-            try:
-                entry = stack.enter_context(self._cache.acquire(metadata))
-            except RemoteResourceNotFoundException as exc:
-                raise _SegmentGone(metadata) from exc
+        """``_acquire`` for a ``with`` block."""
+        entry = self._acquire(metadata)
+        try:
             yield entry
+        finally:
+            self._cache.release(entry)
 
     def _read_from(
         self,
@@ -589,24 +809,28 @@ class RemoteLogReader:
         committed = fetch_info.isolation == READ_COMMITTED
         current: RemoteLogSegmentMetadata | None = metadata
         while current is not None:
-            with self._index_entry(current) as entry:
+            entry = self._acquire(current)
+            try:
                 found = self._read_segment(current, entry, fetch_info)
-                if found is None:
-                    current = self._next_segment(current, epochs)
-                    continue
-                if found.first_entry_incomplete:
-                    return FetchDataInfo(
-                        LogOffsetMetadata(offset), b"", True, [] if committed else None
+                if found is not None and committed and not found.first_entry_incomplete:
+                    bound = entry.fetch_upper_bound_offset(
+                        OffsetPosition(found.base_offset, found.position), len(found.records)
                     )
-                info = FetchDataInfo(
-                    LogOffsetMetadata(found.base_offset, current.start_offset, found.position),
-                    found.records,
+            finally:
+                self._cache.release(entry)
+            if found is None:
+                current = self._next_segment(current, epochs)
+                continue
+            if found.first_entry_incomplete:
+                return FetchDataInfo(
+                    LogOffsetMetadata(offset), b"", True, [] if committed else None
                 )
-                if not committed:
-                    return info
-                bound = entry.fetch_upper_bound_offset(
-                    OffsetPosition(found.base_offset, found.position), len(found.records)
-                )
+            info = FetchDataInfo(
+                LogOffsetMetadata(found.base_offset, current.start_offset, found.position),
+                found.records,
+            )
+            if not committed:
+                return info
             upper = bound.offset if bound is not None else current.end_offset + 1
             aborted = self._aborted_transactions(
                 current, found.base_offset, upper, log, epochs
@@ -616,21 +840,22 @@ class RemoteLogReader:
 
     @staticmethod
     def _range_end(
-        entry: RemoteIndexCacheEntry, start: int, max_bytes: int, min_one_message: bool
+        bound: OffsetPosition | None,
+        after: OffsetPosition | None,
+        max_bytes: int,
+        min_one_message: bool,
     ) -> int | None:
         """The last byte position the read may need (inclusive), or None: to the segment's end.
 
-        The batch holding the target starts at or before the first index entry after ``start``
-        (that batch's last offset is above the target); the bytes returned start at that batch
-        and are at most ``max_bytes``, or the first batch whole with ``min_one_message``, whose
-        end is bounded by the index entry after it.
+        ``bound`` is the first index entry after the start position, ``after`` the one after it.
+        The batch holding the target starts at or before ``bound`` (that batch's last offset is
+        above the target); the bytes returned start at that batch and are at most ``max_bytes``,
+        or the first batch whole with ``min_one_message``, whose end is bounded by ``after``.
         """
-        bound = entry.first_entry_after(start)
         if bound is None:
             return None
         need = bound.position + max(max_bytes, RECORD_BATCH_OVERHEAD)
         if min_one_message:
-            after = entry.first_entry_after(bound.position)
             if after is None:
                 return None
             need = max(need, after.position)
@@ -646,38 +871,110 @@ class RemoteLogReader:
         offset = fetch_info.fetch_offset
         max_bytes = fetch_info.max_bytes
         min_one = fetch_info.min_one_message
-        where = _describe(metadata)
-        start = entry.lookup_offset(offset).position
-        end = self._range_end(entry, start, max_bytes, min_one)
-        with closing(_SegmentStream(self._rsm, metadata, start, end)) as stream:
+        found, bound, after = entry.read_bounds(offset)
+        start = found.position
+        end = self._range_end(bound, after, max_bytes, min_one)
+        # Where the index says the batch holding the offset starts: at ``found`` if its batch
+        # ends at the offset, else (the batches before ``bound`` end below it) at ``bound``.
+        expected: int | None = start
+        if found.offset < offset:
+            expected = bound.position if bound is not None else None
+        buffer = _SegmentBuffer(self._rsm, metadata, start, end)
+        try:
+            at = start
+            if expected is not None and start < expected <= start + _SCRATCH_MAX:
+                # The batches to skip, in one read, walked in memory.
+                have = buffer.fill(expected, start, ahead=False)
+                at = _skip_below(buffer, start, min(have, expected), offset)
             while True:
-                at = stream.position
-                found = _next_header(stream, where)
-                if found is None:
+                if at == expected and buffer.available == at:
+                    direct = self._read_direct(buffer, metadata, at, fetch_info)
+                    if direct is not None:
+                        return direct
+                header = _header_at(buffer, at, metadata)
+                if header is None:
                     return None
-                header, raw = found
+                size = header.size_in_bytes
                 if header.last_offset >= offset:
                     break
-                _skip(stream, header.size_in_bytes - RECORD_BATCH_OVERHEAD, at, where)
-            first_size = header.size_in_bytes
-            if not min_one and first_size > max_bytes:
-                _LOG.debug(
-                    "Returning no records for offset %d of %s: the first batch (%d bytes) is "
-                    "larger than max_bytes %d",
-                    offset,
-                    metadata.topic_id_partition,
-                    first_size,
-                    max_bytes,
+                _require_batch(buffer, at, size, metadata)  # skipped, but it must be whole
+                at += size
+            if not min_one and size > max_bytes:
+                return self._first_batch_too_large(
+                    metadata, header.base_offset, at, size, fetch_info
                 )
-                return _SegmentRead(header.base_offset, at, b"", True)
-            capacity = max(first_size, max_bytes) if min_one else max_bytes
-            body = _read_exactly(
-                stream, first_size - RECORD_BATCH_OVERHEAD, "a record batch", at, where
-            )
-            rest = stream.read(capacity - first_size)
-        records = raw + body + rest
-        _check_crcs(records, at, where)
-        return _SegmentRead(header.base_offset, at, records, False)
+            _require_batch(buffer, at, size, metadata)
+            capacity = max(size, max_bytes) if min_one else max_bytes
+            stop = min(buffer.fill(at + capacity, at), at + capacity)
+            begin = at - buffer.base
+            with (
+                memoryview(buffer.data) as view,
+                view[begin : stop - buffer.base] as records,
+            ):
+                _check_batches(records, at, metadata, self._verify_crc)
+                return _SegmentRead(header.base_offset, at, bytes(records), False)
+        finally:
+            buffer.close()
+
+    def _read_direct(
+        self,
+        buffer: _SegmentBuffer,
+        metadata: RemoteLogSegmentMetadata,
+        at: int,
+        fetch_info: RemoteStorageFetchInfo,
+    ) -> _SegmentRead | None:
+        """The answer when the index says the batch at ``at`` (the batches before it skipped)
+        holds the offset: ``max(max_bytes, header)`` bytes read from the stream in one piece,
+        returned as they are (no copy) when they start with a sound header of a batch holding
+        the offset, the first batch whole. Anything else (the index was wrong, a batch larger
+        than ``max_bytes``, the segment or the request ends, corruption) gives the bytes to the
+        buffer and None: the general path then finds the answer, or the error, from them.
+        """
+        max_bytes = fetch_info.max_bytes
+        want = max(max_bytes, RECORD_BATCH_OVERHEAD)
+        data = buffer.read_direct(want)
+        if len(data) == want:
+            base_offset, length, magic, last_delta = _DIRECT_HEADER.unpack_from(data)
+            if (
+                length >= _MIN_BATCH_LENGTH
+                and magic == MAGIC_V2
+                and base_offset + last_delta >= fetch_info.fetch_offset
+            ):
+                size = LOG_OVERHEAD + length
+                if fetch_info.min_one_message:
+                    capacity = max(size, max_bytes)
+                elif size > max_bytes:
+                    return self._first_batch_too_large(
+                        metadata, base_offset, at, size, fetch_info
+                    )
+                else:
+                    capacity = max_bytes
+                if capacity <= want:
+                    records = data if capacity == want else data[:capacity]
+                    _check_batches(records, at, metadata, self._verify_crc)
+                    return _SegmentRead(base_offset, at, records, False)
+        buffer.push(data, at)
+        return None
+
+    @staticmethod
+    def _first_batch_too_large(
+        metadata: RemoteLogSegmentMetadata,
+        base_offset: int,
+        at: int,
+        size: int,
+        fetch_info: RemoteStorageFetchInfo,
+    ) -> _SegmentRead:
+        """Step 4's empty answer: ``min_one_message`` is false and the first batch (at ``at``,
+        ``size`` bytes) is larger than ``max_bytes``."""
+        _LOG.debug(
+            "Returning no records for offset %d of %s: the first batch (%d bytes) is larger "
+            "than max_bytes %d",
+            fetch_info.fetch_offset,
+            metadata.topic_id_partition,
+            size,
+            fetch_info.max_bytes,
+        )
+        return _SegmentRead(base_offset, at, b"", True)
 
     def _aborted_transactions(
         self,
@@ -781,32 +1078,32 @@ class RemoteLogReader:
         self, metadata: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int
     ) -> TimestampAndOffset | None:
         """Kafka's ``lookupTimestamp``: scan the segment from the time index's position."""
-        where = _describe(metadata)
         try:
             with self._index_entry(metadata) as entry:
                 start = entry.lookup_timestamp(timestamp, starting_offset).position
-            with closing(_SegmentStream(self._rsm, metadata, start, None)) as stream:
+            with closing(_SegmentBuffer(self._rsm, metadata, start, None)) as buffer:
+                at = start
                 while True:
-                    at = stream.position
-                    found = _next_header(stream, where)
-                    if found is None:
+                    header = _header_at(buffer, at, metadata)
+                    if header is None:
                         return None
-                    header, raw = found
-                    body = _read_exactly(
-                        stream, header.size_in_bytes - RECORD_BATCH_OVERHEAD, "a record batch",
-                        at, where,
-                    )
-                    if header.max_timestamp < timestamp or header.last_offset < starting_offset:
-                        continue
-                    _, records = decode_batch(raw + body, path=where, file_offset=at)
-                    for record in records:
-                        if record.timestamp >= timestamp and record.offset >= starting_offset:
-                            epoch = header.partition_leader_epoch
-                            return TimestampAndOffset(
-                                record.timestamp,
-                                record.offset,
-                                epoch if epoch != NO_PARTITION_LEADER_EPOCH else None,
-                            )
+                    size = header.size_in_bytes
+                    _require_batch(buffer, at, size, metadata)
+                    if header.max_timestamp >= timestamp and header.last_offset >= starting_offset:
+                        begin = at - buffer.base
+                        batch = bytes(buffer.data[begin : begin + size])
+                        _, records = decode_batch(
+                            batch, path=_describe(metadata), file_offset=at
+                        )
+                        for record in records:
+                            if record.timestamp >= timestamp and record.offset >= starting_offset:
+                                epoch = header.partition_leader_epoch
+                                return TimestampAndOffset(
+                                    record.timestamp,
+                                    record.offset,
+                                    epoch if epoch != NO_PARTITION_LEADER_EPOCH else None,
+                                )
+                    at += size
         except _SegmentGone as gone:
             self._cache.remove(metadata.remote_log_segment_id.id)
             cause = gone.__cause__
