@@ -60,6 +60,7 @@ from tierlog.storage.objectstore.backend import (
     RequestObserver,
     UploadSettings,
     null_observer,
+    read_up_to,
 )
 
 from tierlog_rsm_azure._config import (
@@ -331,7 +332,7 @@ class AzureBackend(ObjectStoreBackend):
         if size is not None and size < settings.multipart_threshold:
             self._put(blob, key, _read_exactly(source, size, key))
             return
-        first = _read_up_to(source, block if size is None else min(block, size))
+        first = read_up_to(source, block if size is None else min(block, size))
         if size is None and len(first) < block:
             # An unknown size that turned out to fit in one block: one request, not two.
             self._put(blob, key, first)
@@ -388,7 +389,7 @@ class AzureBackend(ObjectStoreBackend):
                         slots.release()
                         raise
                     want = block_size if size is None else min(block_size, size - sent)
-                    data = _read_up_to(source, want)
+                    data = read_up_to(source, want)
                     if not data:
                         slots.release()
                 if size is not None and sent < size:
@@ -567,26 +568,10 @@ def _raise_first_failure(futures: Sequence[Future[object]]) -> None:
                 raise error
 
 
-def _read_up_to(source: BinaryIO, n: int) -> bytes:
-    """Up to ``n`` bytes; fewer only at EOF (a raw file may return short reads)."""
-    if n <= 0:
-        return b""
-    first = source.read(n)
-    if not first or len(first) == n:
-        return first or b""
-    parts = [first]
-    got = len(first)
-    while got < n:
-        more = source.read(n - got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
 
 
 def _read_exactly(source: BinaryIO, n: int, key: str) -> bytes:
-    data = _read_up_to(source, n)
+    data = read_up_to(source, n)
     if len(data) != n:
         raise RemoteStorageException(
             f"upload {key!r}: the source ended after {len(data)} of {n} bytes"

@@ -51,6 +51,7 @@ from tierlog.storage.objectstore.backend import (
     RequestObserver,
     UploadSettings,
     null_observer,
+    read_up_to,
 )
 from tierlog_rsm_s3._config import DEFAULT_REGION, STORAGE_CLASS, S3Settings
 from tierlog_rsm_s3._errors import THROTTLE_CODES, classify, to_tierlog_error
@@ -196,23 +197,6 @@ class _ObjectStream(io.RawIOBase):
             super().close()
 
 
-def _read_up_to(source: BinaryIO, size: int) -> bytes:
-    """``size`` bytes of ``source``, fewer only at its end (a pipe or a transform stream may
-    return short reads before that)."""
-    if size <= 0:
-        return b""
-    first = source.read(size)
-    if not first or len(first) == size:
-        return first or b""
-    pieces = [first]
-    got = len(first)
-    while got < size:
-        more = source.read(size - got)
-        if not more:
-            break
-        pieces.append(more)
-        got += len(more)
-    return b"".join(pieces)
 
 
 # The backend --------------------------------------------------------------------------------
@@ -387,11 +371,11 @@ class S3Backend(ObjectStoreBackend):
             # A known size never needs more than S3's 10,000 parts.
             part_size = max(part_size, -(-size // MAX_PARTS))
             if size < settings.multipart_threshold or size <= part_size:
-                data = _read_up_to(source, size)
+                data = read_up_to(source, size)
                 self._check_size(key, len(data), size, exact=len(source.read(1)) == 0)
                 self._put(key, data)
                 return
-        first = _read_up_to(source, part_size)
+        first = read_up_to(source, part_size)
         if size is None and len(first) < part_size:
             self._put(key, first)
             return
@@ -460,7 +444,7 @@ class S3Backend(ObjectStoreBackend):
                 if failed.is_set():
                     slots.release()
                     break
-                buffer = _read_up_to(source, part_size)
+                buffer = read_up_to(source, part_size)
                 if not buffer:
                     slots.release()
                     break

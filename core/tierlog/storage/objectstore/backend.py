@@ -43,6 +43,7 @@ __all__ = [
     "RequestObserver",
     "UploadSettings",
     "null_observer",
+    "read_up_to",
 ]
 
 Operation = Literal["upload", "upload_part", "complete_upload", "get", "delete", "list", "head"]
@@ -155,3 +156,25 @@ class ObjectStoreBackend(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def read_up_to(source: BinaryIO, size: int) -> bytes:
+    """``size`` bytes of ``source``, fewer only at its end.
+
+    Upload sources may return short reads before their end (a pipe, the RSM's compressing and
+    encrypting streams): a backend filling a part or block reads through this.
+    """
+    if size <= 0:
+        return b""
+    first = source.read(size)
+    if not first or len(first) == size:
+        return first or b""
+    pieces = [first]
+    got = len(first)
+    while got < size:
+        more = source.read(size - got)
+        if not more:
+            break
+        pieces.append(more)
+        got += len(more)
+    return b"".join(pieces)
