@@ -956,9 +956,11 @@ class CacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         # Tiny listing chunks and compaction thresholds so every code path runs on small data.
-        self.saved = (cache_module._CHUNK, cache_module._COMPACT_MIN)
+        # A two-entry lookup memo, so that its invalidation and eviction are exercised too.
+        self.saved = (cache_module._CHUNK, cache_module._COMPACT_MIN, cache_module._LOOKED_UP_MAX)
         cache_module._CHUNK = 2  # type: ignore[misc]
         cache_module._COMPACT_MIN = 2  # type: ignore[misc]
+        cache_module._LOOKED_UP_MAX = 2  # type: ignore[misc]
         self.logger = logging.getLogger("tierlog.metadata.cache")
         self.level = self.logger.level
         self.logger.setLevel(logging.CRITICAL)  # invalid transitions are routine here
@@ -966,7 +968,9 @@ class CacheMachine(RuleBasedStateMachine):
         self.model = RefCache()
 
     def teardown(self) -> None:
-        cache_module._CHUNK, cache_module._COMPACT_MIN = self.saved  # type: ignore[misc]
+        (  # type: ignore[misc]
+            cache_module._CHUNK, cache_module._COMPACT_MIN, cache_module._LOOKED_UP_MAX
+        ) = self.saved
         self.logger.setLevel(self.level)
 
     @rule(m=segments())

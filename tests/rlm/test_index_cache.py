@@ -30,8 +30,8 @@ from tierlog.metadata.embedded import EmbeddedRemoteLogMetadataManager
 from tierlog.rlm.index_cache import (
     CLEANER_THREAD_NAME,
     DIR_NAME,
+    DecodedOffsetIndex,
     RemoteIndexCache,
-    _DecodedOffsetIndex,
     offset_index_file_name,
     time_index_file_name,
     txn_index_file_name,
@@ -312,7 +312,7 @@ def test_in_memory_read_bounds_of_small_indexes(
         for offset, position in entries:
             writer.append(offset, position)
     with OffsetIndex(path, 100, writable=False) as index:
-        decoded = _DecodedOffsetIndex.read(index)
+        decoded = DecodedOffsetIndex.read(index)
         for offset in range(98, 110):
             assert decoded.read_bounds(offset) == _file_read_bounds(index, offset), offset
             assert decoded.lookup(offset) == index.lookup(offset)

@@ -16,6 +16,7 @@ import pytest
 from tierlog.log.checkpoint import parse_leader_epoch_checkpoint
 from tierlog.log.local_log import OffsetMovedToTieredStorageError, OffsetOutOfRangeError
 from tierlog.rlm.manager import RLMCopyTask
+from tierlog.rlm.remote_read import RemoteStorageFetchInfo
 from tierlog.spi import (
     CustomMetadata,
     IndexType,
@@ -23,6 +24,7 @@ from tierlog.spi import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemoteStorageException,
+    RemoteStorageNotReadyException,
     RetriableRemoteStorageException,
 )
 from tierlog.storage.local import LocalTieredStorage
@@ -339,3 +341,27 @@ def test_remote_storage_outage_local_goes_on_remote_reads_retriable_then_catch_u
         assert [r.offset for r in h.consume(0)] == list(range(300))
     finally:
         h.close()
+
+
+def test_reads_while_the_rlmm_is_not_ready_fail_with_the_retriable_not_ready_error(
+    h: Harness,
+) -> None:
+    h.lead()
+    h.produce(300)
+    h.tier()
+    fetch = RemoteStorageFetchInfo(
+        max_bytes=4096, min_one_message=True, topic_id_partition=h.tp, fetch_offset=0
+    )
+    before = h.rlm.read(fetch).records
+    assert before
+    h.rlmm.on_stop_partitions({h.tp})  # the RLMM no longer serves the partition
+    assert not h.rlmm.is_ready(h.tp)
+    with pytest.raises(RemoteStorageNotReadyException, match="not ready yet") as raised:
+        h.rlm.read(fetch)
+    assert isinstance(raised.value, RetriableRemoteStorageException)
+    with pytest.raises(RemoteStorageNotReadyException):
+        h.rlm.async_read(fetch)
+    h.rlmm.on_partition_leadership_changes({h.tp}, set())  # replayed from its store
+    assert h.rlmm.is_ready(h.tp)
+    assert h.rlm.read(fetch).records == before
+    assert h.rlm.async_read(fetch).result(timeout=10).records == before

@@ -382,3 +382,29 @@ def test_http_server_serves_the_registry(metrics: RemoteStorageMetrics) -> None:
         thread.join(5)
     assert value(scraped, BTM + "remotefetchbytes_total", topic="orders") == 4096
     assert value(scraped, BTM + "remotefetchrequests_total") == 1
+
+
+def test_a_remote_read_records_what_the_separate_calls_record() -> None:
+    """The reader's one-call ``record_remote_read`` (one lock hold per read) must leave exactly
+    the series the separate request, bytes, error and time calls leave."""
+    together = RemoteStorageMetrics()
+    together.record_remote_read("orders", 300, 0.020, failed=False)
+    together.record_remote_read("orders", 0, 0.004, failed=True)
+    together.record_remote_read("audit", 70, 0.5, failed=False)
+    apart = RemoteStorageMetrics()
+    for topic, num_bytes, seconds, failed in (
+        ("orders", 300, 0.020, False),
+        ("orders", 0, 0.004, True),
+        ("audit", 70, 0.5, False),
+    ):
+        apart.record_fetch_request(topic)
+        apart.record_fetch_bytes(topic, num_bytes)
+        if failed:
+            apart.record_fetch_error(topic)
+        apart.observe_reader_fetch(seconds)
+    assert series(together.expose()) == series(apart.expose())
+    got = series(together.expose())
+    assert got[(BTM + "remotefetchrequests_total", frozenset({("topic", "orders")}))] == 2
+    assert got[(BTM + "remotefetcherrors_total", frozenset())] == 1
+    with pytest.raises(ValueError, match="RemoteFetchBytesPerSec"):
+        together.record_remote_read("orders", -1, 0.0, failed=False)

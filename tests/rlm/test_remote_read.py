@@ -563,6 +563,46 @@ def test_a_warm_read_asks_for_a_bounded_range(tmp_path: Path) -> None:
         close_env(env)
 
 
+def test_a_consumers_next_fetch_starts_where_its_last_one_left_off(tmp_path: Path) -> None:
+    """Sparse index entries (one per ~10 batches): a consumer fetching from where each read's
+    whole batches end gets Kafka's answer, and from its second fetch on the one request
+    starts exactly at the batch holding the offset, not at the index entry below it (the
+    reader remembered where that batch starts). A fresh reader, which knows nothing yet, asks
+    for bytes from the index entry: the same records, from further back."""
+    env = make_env(tmp_path, **{"internal.segment.bytes": 40_000, "index.interval.bytes": 1000})
+    try:
+        fill(env.log, 900)
+        env.tier()
+        env.warm()
+        metadata = env.segments[0]
+        offset = metadata.start_offset + 3
+        earlier_starts = 0
+        fresh = RemoteLogReader(env.rsm, env.rlmm, env.cache, env.log)
+        for step in range(40):
+            env.rsm.reset_counts()
+            info = env.read(offset, 450)
+            (request,) = env.rsm.segment_requests
+            position = info.fetch_offset_metadata.relative_position_in_segment
+            want = expected_read(env.log, metadata, offset, 450, True)
+            assert want is not None
+            assert_matches(info, metadata, want, offset)
+            if step > 0:
+                assert request.start == position, step
+            env.rsm.reset_counts()
+            assert fresh.read(RemoteStorageFetchInfo(450, True, TIP, offset)) == info
+            (fresh_request,) = env.rsm.segment_requests
+            earlier_starts += fresh_request.start < position
+            # The fresh reader learnt too: forget it by making a new one each time.
+            fresh = RemoteLogReader(env.rsm, env.rlmm, RemoteIndexCache(
+                env.rsm, tmp_path / f"fresh-{step}", clock=env.clock), env.log)
+            env.closers.append(fresh.index_cache.close)
+            batches = list(iter_batches(trim_partial_batch(info).records))
+            offset = batches[-1][1].last_offset + 1
+        assert earlier_starts >= 30  # the index entry is below the batch on most fetches
+    finally:
+        close_env(env)
+
+
 def test_an_index_that_bounds_too_little_does_not_change_the_answer(env: Env) -> None:
     """A (sane-looking) cached offset index claiming offset 5 is at position 98: the bounded
     request ends too early, the stream is reopened past it, and the answer is still right."""
@@ -988,13 +1028,12 @@ class Recorder:
     timings: list[float] = field(default_factory=list)
     quota: list[float] = field(default_factory=list)
 
-    def record_fetch(self, topic: str, num_bytes: int) -> None:
+    def record_remote_read(
+        self, topic: str, num_bytes: int, seconds: float, *, failed: bool
+    ) -> None:
         self.fetches.append((topic, num_bytes))
-
-    def record_fetch_error(self, topic: str) -> None:
-        self.errors.append(topic)
-
-    def observe_reader_fetch(self, seconds: float) -> None:
+        if failed:
+            self.errors.append(topic)
         self.timings.append(seconds)
 
     def record(self, num_bytes: float) -> None:

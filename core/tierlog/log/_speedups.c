@@ -1,5 +1,6 @@
 /*
- * tierlog.log._speedups: the C accelerator of tierlog.log.record.decode_block.
+ * tierlog.log._speedups: the C accelerator of tierlog.log.record.decode_block, and of
+ * tierlog.log.batch.walk_batch_headers (the header walk of a remote read).
  *
  * Deep iteration spends nearly all its time turning records blocks into Record tuples; in pure
  * Python that is ~1.5 us a record however the loop is tuned, here it is a few hundred ns. This
@@ -436,17 +437,75 @@ configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(walk_batch_headers_doc,
+"walk_batch_headers(buf, min_length, magic)\n"
+"--\n\n"
+"Follow the Length fields of the v2 batches packed in buf from position 0: (position, status,\n"
+"last) where the walk stopped, its reason and where the last whole batch before it starts (-1:\n"
+"none); status 0: fewer than 17 bytes are left there, 1: the batch there runs past the end, 2:\n"
+"its Length is below min_length or its magic is not magic. The C twin of\n"
+"tierlog.log.batch.walk_batch_headers_pure.");
+
+static PyObject *
+walk_batch_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "walk_batch_headers() takes 3 arguments");
+        return NULL;
+    }
+    long long min_length = PyLong_AsLongLong(args[1]);
+    if (min_length == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long magic = PyLong_AsLong(args[2]);
+    if (magic == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) != 0) {
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    int64_t end = (int64_t)view.len;
+    int64_t pos = 0;
+    int64_t last = -1;
+    int status = 0;
+    /* The GIL stays held: buf may be a bytearray that another thread could resize. */
+    while (pos + 17 <= end) {
+        const unsigned char *h = p + pos + 8;
+        int32_t length = (int32_t)(((uint32_t)h[0] << 24) | ((uint32_t)h[1] << 16)
+                                   | ((uint32_t)h[2] << 8) | (uint32_t)h[3]);
+        int64_t next = pos + 12 + (int64_t)length;
+        if (next > end) {
+            status = 1;
+            break;
+        }
+        if ((long long)length < min_length || (long)(signed char)p[pos + 16] != magic) {
+            status = 2;
+            break;
+        }
+        last = pos;
+        pos = next;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(LiL)", (long long)pos, status, (long long)last);
+}
+
 static PyMethodDef methods[] = {
     {"decode_block", (PyCFunction)(void (*)(void))decode_block, METH_FASTCALL | METH_KEYWORDS,
      decode_block_doc},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
+    {"walk_batch_headers", (PyCFunction)(void (*)(void))walk_batch_headers, METH_FASTCALL,
+     walk_batch_headers_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "tierlog.log._speedups",
-    .m_doc = "C accelerator of tierlog.log.record.decode_block (optional; see record.py).",
+    .m_doc = "C accelerators of tierlog.log.record.decode_block and "
+             "tierlog.log.batch.walk_batch_headers (optional; see record.py).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -24,10 +24,11 @@ position; a batch of magic 0 or 1 raises ``UnsupportedRecordFormatError``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeAlias
 
+from tierlog.log._accel import SPEEDUPS_MODULE
 from tierlog.log._varint import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, BytesLike
 from tierlog.log.compression import (
     DEFAULT_MAX_DECOMPRESSED_SIZE,
@@ -320,6 +321,53 @@ def check_batch_size(length: int, remaining: int, at: int, path: str | None) -> 
             at,
             path,
         )
+
+
+WALK_END: Final = 0
+"""``walk_batch_headers`` stopped with fewer than ``HEADER_SIZE_UP_TO_MAGIC`` bytes left."""
+WALK_PARTIAL: Final = 1
+"""``walk_batch_headers`` stopped at a batch whose Length runs past the end of the buffer."""
+WALK_BAD: Final = 2
+"""``walk_batch_headers`` stopped at a batch whose Length is too small or magic is not 2."""
+
+_MIN_BATCH_LENGTH: Final = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+_LENGTH_AND_MAGIC: Final = struct.Struct(">i4xb")  # from offset 8, the leader epoch skipped
+
+
+def walk_batch_headers_pure(
+    buf: BytesLike, min_length: int = _MIN_BATCH_LENGTH, magic: int = MAGIC_V2
+) -> tuple[int, int, int]:
+    """Follow the Length fields of the batches packed in ``buf`` from position 0, checking
+    each Length (at least ``min_length``) and magic: ``(position, status, last)``, where the
+    walk stopped, why (``WALK_END``, ``WALK_PARTIAL``, ``WALK_BAD``) and where the last whole
+    batch before that position starts (-1: none).
+
+    This is a remote read's only per-batch work (the bytes it returns must be whole v2 batches
+    up to a partial last one), hence the C twin ``walk_batch_headers`` uses when it is built.
+    """
+    end = len(buf)
+    last_full = end - HEADER_SIZE_UP_TO_MAGIC
+    unpack = _LENGTH_AND_MAGIC.unpack_from
+    pos = 0
+    last = -1
+    while pos <= last_full:
+        length, found = unpack(buf, pos + 8)
+        nxt = pos + LOG_OVERHEAD + length
+        if nxt > end:
+            return pos, WALK_PARTIAL, last
+        if length < min_length or found != magic:
+            return pos, WALK_BAD, last
+        last = pos
+        pos = nxt
+    return pos, WALK_END, last
+
+
+WalkBatchHeaders: TypeAlias = Callable[[BytesLike, int, int], tuple[int, int, int]]
+
+walk_batch_headers: Final[WalkBatchHeaders] = (
+    walk_batch_headers_pure if SPEEDUPS_MODULE is None else SPEEDUPS_MODULE.walk_batch_headers
+)
+"""``walk_batch_headers_pure``, from the C accelerator when it is built (same results)."""
 
 
 def compute_crc(buf: BytesLike, position: int = 0, size: int | None = None) -> int:

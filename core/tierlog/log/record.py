@@ -30,11 +30,10 @@ import (to rule the accelerator out when chasing a bug). ``SPEEDUPS`` tells whic
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable, Iterable
 from typing import Final, NamedTuple, TypeAlias
 
+from tierlog.log._accel import SPEEDUPS_MODULE
 from tierlog.log._varint import (
     ENCODED,
     INT32_MAX,
@@ -348,11 +347,8 @@ DecodeBlock: TypeAlias = Callable[[bytes, int, int, int, int | None], list[Recor
 
 def _load_speedups() -> DecodeBlock | None:
     """The C ``decode_block``, or ``None`` if it is not built or ``TIERLOG_NO_SPEEDUPS`` is set."""
-    if os.environ.get("TIERLOG_NO_SPEEDUPS", "") not in ("", "0"):
-        return None
-    try:
-        speedups = importlib.import_module("tierlog.log._speedups")
-    except ImportError:
+    speedups = SPEEDUPS_MODULE
+    if speedups is None:
         return None
     speedups.configure(Record, BlockError, decode_block_pure)
     fast: DecodeBlock = speedups.decode_block

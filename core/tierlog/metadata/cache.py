@@ -72,6 +72,10 @@ _CHUNK: Final = 256
 """Rows materialized per lock acquisition by a listing: long enough to amortize the lock, short
 enough (about a millisecond) not to stall the thread applying metadata events."""
 
+_LOOKED_UP_MAX: Final = 64
+"""Lookup results a cache keeps built (per partition): more than the segments consumers read
+at once, few enough to leave the columnar store's memory footprint as it is."""
+
 _COMPACT_MIN: Final = 4096
 """An epoch's map drops its dead prefix (deleted front entries) once it is at least this long
 and at least half of the columns."""
@@ -284,6 +288,9 @@ class RemoteLogMetadataCache:
         self._ep_at = array("I")
         self._ep_n = array("I")
         self._custom: dict[int, CustomMetadata] = {}
+        # Rows recently returned by the offset lookup, as built (the objects are immutable): a
+        # catch-up read asks for the same segment once per fetch. Any write to a row drops it.
+        self._looked_up: dict[int, RemoteLogSegmentMetadata] = {}
         self._free_rows = array("i")
         self._live = 0
         # Leader epochs of all rows: (epoch, start offset) pairs, a region per row.
@@ -404,6 +411,7 @@ class RemoteLogMetadataCache:
             else:
                 self._on_delete_finished(slot, uid)
                 return
+            self._looked_up.pop(slot, None)
             self._broker[slot] = update.broker_id
             self._event_ts[slot] = update.event_timestamp_ms
             self._state[slot] = target
@@ -423,7 +431,14 @@ class RemoteLogMetadataCache:
         """
         with self._lock:
             slot = self._lookup(leader_epoch, offset)
-            return None if slot < 0 else self._materialize(slot)
+            if slot < 0:
+                return None
+            found = self._looked_up.get(slot)
+            if found is None:
+                if len(self._looked_up) >= _LOOKED_UP_MAX:
+                    self._looked_up.clear()
+                found = self._looked_up[slot] = self._materialize(slot)
+            return found
 
     def next_segment_with_txn_index(
         self, leader_epoch: int, offset: int
@@ -482,8 +497,11 @@ class RemoteLogMetadataCache:
         with self._lock:
             if self._live <= _CHUNK:
                 return iter(
-                    [self._materialize(s) for s in range(len(self._state))
-                     if self._state[s] != _FREE]
+                    [
+                        self._materialize(s)
+                        for s in range(len(self._state))
+                        if self._state[s] != _FREE
+                    ]
                 )
             generations = array("I", self._gen)
             rows = range(len(self._state))
@@ -615,6 +633,7 @@ class RemoteLogMetadataCache:
             self._custom.pop(slot, None)
         else:
             self._custom[slot] = m.custom_metadata
+        self._looked_up.pop(slot, None)
         return slot
 
     def _pool_store(self, epochs: list[tuple[int, int]]) -> int:
@@ -931,6 +950,7 @@ class RemoteLogMetadataCache:
         self._index_remove(slot)
         self._pool_release(self._ep_at[slot], self._ep_n[slot])
         self._custom.pop(slot, None)
+        self._looked_up.pop(slot, None)
         self._state[slot] = _FREE
         self._gen[slot] = (self._gen[slot] + 1) & 0xFFFFFFFF
         self._free_rows.append(slot)

@@ -190,8 +190,8 @@ class RemotePartitionMetadataStore:
 
     def _ready(self, topic_id_partition: TopicIdPartition) -> RemoteLogMetadataCache:
         """Kafka's ``getRemoteLogMetadataCache``: the cache, once it is initialized."""
-        with self._lock:
-            cache = self._caches.get(topic_id_partition)
+        # Every remote read comes here: a dict lookup is atomic, the lock is for writers.
+        cache = self._caches.get(topic_id_partition)
         if cache is None:
             raise RemoteResourceNotFoundException(
                 f"No resource found for partition: {topic_id_partition}"

@@ -123,6 +123,9 @@ DEFAULT_CLEANER_DELAY_MS: Final = 10_000
 _INDEX_SUFFIXES: Final = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
 _COPY_CHUNK: Final = 1 << 20
 _MAX_CLEANER_WAIT_S: Final = 1.0
+_NEXT_BATCHES_MAX: Final = 256
+"""Batch starts an entry remembers (``remember_batch_start``): one per consumer reading the
+segment at once is what is used; a few KiB at most."""
 """The cleaner re-reads the clock at least this often (an injected clock does not wake it)."""
 
 _T = TypeVar("_T")
@@ -197,7 +200,7 @@ _INT32: Final = next(code for code in ("i", "l") if array(code).itemsize == 4)
 """The ``array`` type code of a 4-byte signed integer (``i`` on every platform CPython runs on)."""
 
 
-class _DecodedOffsetIndex:
+class DecodedOffsetIndex:
     """An offset index held in memory: ``bisect`` over its relative offsets and positions.
 
     Answers exactly as ``OffsetIndex.lookup`` and ``fetch_upper_bound_offset`` do on the file
@@ -213,7 +216,7 @@ class _DecodedOffsetIndex:
         self._positions = positions
 
     @classmethod
-    def read(cls, index: OffsetIndex) -> _DecodedOffsetIndex:
+    def read(cls, index: OffsetIndex) -> DecodedOffsetIndex:
         """Decode the file at ``index.path`` in one read (a few MiB for a large segment).
 
         Only for a live entry's index, under the entry's lock: its name is then its own (renames
@@ -236,7 +239,7 @@ class _DecodedOffsetIndex:
         return cls(index.base_offset, words[0::2], words[1::2])
 
     @classmethod
-    def iterate(cls, index: OffsetIndex) -> _DecodedOffsetIndex:
+    def iterate(cls, index: OffsetIndex) -> DecodedOffsetIndex:
         """Decode through the index's own open file, entry by entry (slower than ``read``).
 
         For an entry already renamed to ``*.deleted``: that name is not its own any more (a later
@@ -320,7 +323,8 @@ class RemoteIndexCacheEntry:
         self._cleanup_requested = False
         self._cleaned = False
         self._closed = False
-        self._decoded: _DecodedOffsetIndex | None = None
+        self._decoded: DecodedOffsetIndex | None = None
+        self._next_batches: dict[int, int] = {}  # see remember_batch_start
         self._size_bytes = (
             offset_index.size_in_bytes() + time_index.size_in_bytes() + txn_index.size_in_bytes
         )
@@ -393,7 +397,7 @@ class RemoteIndexCacheEntry:
             self._release()
 
     # Lookups -------------------------------------------------------------------------------------
-    def _offsets(self) -> _DecodedOffsetIndex:
+    def _offsets(self) -> DecodedOffsetIndex:
         """The offset index in memory, decoded by the first lookup.
 
         Built once (under a reference, so the file is there, and under the entry's lock) and
@@ -408,11 +412,18 @@ class RemoteIndexCacheEntry:
                 if decoded is None:
                     index = self._offset_index
                     decoded = self._decoded = (
-                        _DecodedOffsetIndex.iterate(index)
+                        DecodedOffsetIndex.iterate(index)
                         if self._marked_for_cleanup
-                        else _DecodedOffsetIndex.read(index)
+                        else DecodedOffsetIndex.read(index)
                     )
         return decoded
+
+    def offsets_in_memory(self) -> DecodedOffsetIndex:
+        """The offset index decoded in memory (by this call, under a reference, the first
+        time). It is immutable and owns its arrays: a read keeps using it without a reference,
+        even if the entry is evicted or deleted meanwhile."""
+        decoded = self._decoded
+        return decoded if decoded is not None else self._offsets()
 
     def lookup_offset(self, offset: int) -> OffsetPosition:
         """The largest offset index entry <= ``offset``, else ``(start offset, 0)``."""
@@ -434,6 +445,25 @@ class RemoteIndexCacheEntry:
         the read path uses it to bound the byte range it asks remote storage for.
         """
         return self._offsets().first_at_or_after(position + 1)
+
+    def remember_batch_start(self, offset: int, position: int) -> None:
+        """Record that the first batch holding an offset >= ``offset`` starts at ``position``:
+        what a read that returned the batches up to ``offset - 1`` learnt from their headers.
+
+        A consumer's next fetch asks for exactly that offset, and the offset index (one entry
+        per ``index.interval.bytes``) can only place it at or after the floor entry's batch,
+        whose bytes would be read and skipped. Kafka's broker keeps the same knowledge for local
+        reads (the fetch offset's ``LogOffsetMetadata``). Bounded: a segment keeps the last
+        ``_NEXT_BATCHES_MAX`` of them; the segment is immutable, so they never go stale.
+        """
+        starts = self._next_batches
+        if len(starts) >= _NEXT_BATCHES_MAX:
+            starts.clear()
+        starts[offset] = position
+
+    def batch_start(self, offset: int) -> int | None:
+        """The position ``remember_batch_start`` recorded for ``offset``, or None."""
+        return self._next_batches.get(offset)
 
     def read_bounds(
         self, offset: int
@@ -847,9 +877,7 @@ class RemoteIndexCache:
         try:
             time_index = self._load_index_file(metadata, IndexType.TIMESTAMP, _open_time_index)
             try:
-                txn_index = self._load_index_file(
-                    metadata, IndexType.TRANSACTION, _open_txn_index
-                )
+                txn_index = self._load_index_file(metadata, IndexType.TRANSACTION, _open_txn_index)
             except BaseException:
                 time_index.close()
                 raise
@@ -956,6 +984,32 @@ class RemoteIndexCache:
         except BaseException:
             self._end_operation()
             raise
+
+    def offsets_entry(
+        self, metadata: RemoteLogSegmentMetadata
+    ) -> tuple[RemoteIndexCacheEntry, DecodedOffsetIndex]:
+        """The segment's entry and its offset index in memory, for a read's offset lookups,
+        which need no reference held (``offsets_in_memory``): a hit on a decoded entry is one
+        lock hold, the rest goes through ``acquire_entry``. Counted as ``acquire_entry`` counts."""
+        key = metadata.remote_log_segment_id.id
+        with self._lock:
+            if self._closed:
+                raise IllegalStateError("RemoteIndexCache is closed")
+            now = self._clock()
+            self._expire_locked(now)
+            entry = self._entries.get(key)
+            if entry is not None:
+                decoded = entry._decoded
+                if decoded is not None:
+                    self._entries.move_to_end(key)
+                    self._accessed[key] = now
+                    self._hits += 1
+                    return entry, decoded
+        entry = self.acquire_entry(metadata)
+        try:
+            return entry, entry.offsets_in_memory()
+        finally:
+            self.release(entry)
 
     def release(self, entry: RemoteIndexCacheEntry) -> None:
         """End an ``acquire_entry``."""

@@ -609,7 +609,7 @@ class RemoteLogManager:
             fetch_quota=self.fetch_quota,
         )
         self.reader_pool = RemoteReaderPool(
-            self.reader.read,
+            self._read,
             threads=config.remote_log_reader_threads,
             max_pending_tasks=config.remote_log_reader_max_pending_tasks,
         )
@@ -810,8 +810,25 @@ class RemoteLogManager:
     # Reads ----------------------------------------------------------------------------------------
     def read(self, fetch_info: RemoteStorageFetchInfo) -> FetchDataInfo:
         """Read below the local log start, on the calling thread (``RemoteLogReader.read``)."""
-        self._require_ready(fetch_info.topic_id_partition)
-        return self.reader.read(fetch_info)
+        return self._read(fetch_info)
+
+    def _read(self, fetch_info: RemoteStorageFetchInfo) -> FetchDataInfo:
+        """``reader.read``, with a failure while the RLMM is not ready for the partition
+        turned into ``RemoteStorageNotReadyException``.
+
+        Readiness is asked only when a read fails: a segment found in a not-yet-ready RLMM is
+        still the right data (segments are immutable), only a miss can be an artefact of
+        unfinished replay, and a warm read then skips a lock round trip in the RLMM.
+        """
+        try:
+            return self.reader.read(fetch_info)
+        except Exception as exc:
+            if isinstance(exc, RemoteStorageNotReadyException):
+                raise
+            tp = fetch_info.topic_id_partition
+            if not self.rlmm.is_ready(tp):
+                raise _not_ready(tp) from exc
+            raise
 
     def async_read(self, fetch_info: RemoteStorageFetchInfo) -> Future[FetchDataInfo]:
         """Queue a read on the bounded reader pool; a full pool raises at once."""
@@ -978,8 +995,9 @@ class RemoteLogManager:
         )
 
     def _log_or_none(self, tp: TopicIdPartition) -> LocalLog | None:
-        with self._lock:
-            state = self._partitions.get(tp)
+        # Every remote read asks: one dict lookup, atomic without the lock (the dict is only
+        # ever mutated in place, under the lock).
+        state = self._partitions.get(tp)
         return None if state is None else state.log
 
     def _log_for(self, tp: TopicIdPartition) -> LocalLog:
@@ -991,9 +1009,7 @@ class RemoteLogManager:
 
     def _require_ready(self, tp: TopicIdPartition) -> None:
         if not self.rlmm.is_ready(tp):
-            raise RemoteStorageNotReadyException(
-                f"remote log metadata of {tp} is not ready yet; retry later"
-            )
+            raise _not_ready(tp)
 
     def _tasks_idle_percent(self) -> float:
         pools = (self.copier_pool, self.expiration_pool, self.follower_pool)
@@ -1028,3 +1044,9 @@ class RemoteLogManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _not_ready(tp: TopicIdPartition) -> RemoteStorageNotReadyException:
+    return RemoteStorageNotReadyException(
+        f"remote log metadata of {tp} is not ready yet; retry later"
+    )

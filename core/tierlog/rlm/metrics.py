@@ -333,6 +333,32 @@ class RemoteStorageMetrics:
         self.record_fetch_request(topic)
         self.record_fetch_bytes(topic, num_bytes)
 
+    def record_remote_read(
+        self, topic: str, num_bytes: int, seconds: float, *, failed: bool
+    ) -> None:
+        """One remote read ended, everything the reader records at once (one lock hold on the
+        read path): a fetch request, the ``num_bytes`` it returned, an error if it ``failed``,
+        and its time in ``RemoteLogReaderFetchRateAndTimeMs``."""
+        if num_bytes < 0:
+            raise ValueError(f"RemoteFetchBytesPerSec cannot be marked with {num_bytes}")
+        millis = seconds * 1000.0
+        meters = self._meters_topic
+        with self._lock:
+            self._topics.add(topic)
+            requests = meters["RemoteFetchRequestsPerSec"]
+            requests[topic] = requests.get(topic, 0.0) + 1
+            fetched = meters["RemoteFetchBytesPerSec"]
+            fetched[topic] = fetched.get(topic, 0.0) + num_bytes
+            totals = self._meters_all
+            totals["RemoteFetchRequestsPerSec"] += 1
+            totals["RemoteFetchBytesPerSec"] += num_bytes
+            if failed:
+                errors = meters["RemoteFetchErrorsPerSec"]
+                errors[topic] = errors.get(topic, 0.0) + 1
+                totals["RemoteFetchErrorsPerSec"] += 1
+            self._bucket_counts[bisect_left(self._bucket_bounds, millis)] += 1
+            self._fetch_time_sum_ms += millis
+
     def record_fetch_request(self, topic: str) -> None:
         """A remote read is submitted (``RemoteFetchRequestsPerSec``)."""
         self._mark(topic, "RemoteFetchRequestsPerSec", 1)

@@ -131,8 +131,10 @@ class _SampledStat:
         self._samples: list[_Sample] = []
 
     def record(self, value: float, time_ms: int) -> None:
-        sample = self._current_sample(time_ms)
-        if sample.is_complete(time_ms, self._window_ms):
+        # Inlined _current_sample and is_complete: every remote read records here.
+        samples = self._samples
+        sample = samples[self._current] if samples else self._current_sample(time_ms)
+        if time_ms - sample.start_time_ms >= self._window_ms:
             sample = self._advance(time_ms)
         self._update(sample, value)
         sample.event_count += 1
@@ -219,9 +221,7 @@ class _SimpleRate:
     def __init__(self, num_samples: int, window_ms: int) -> None:
         self._window_ms = window_ms
         self._stat = _WindowedSum(num_samples, window_ms)
-
-    def record(self, value: float, time_ms: int) -> None:
-        self._stat.record(value, time_ms)
+        self.record: Callable[[float, int], None] = self._stat.record  # a call less per read
 
     def measure(self, now_ms: int) -> float:
         total = self._stat.measure(now_ms)

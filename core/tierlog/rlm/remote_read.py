@@ -96,11 +96,14 @@ from tierlog.log.batch import (
     LOG_OVERHEAD,
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
+    WALK_BAD,
+    WALK_END,
     RecordBatch,
     bad_magic,
     corrupt,
     crc_mismatch,
     decode_batch,
+    walk_batch_headers,
 )
 from tierlog.log.crc import crc32c
 from tierlog.log.index import OffsetPosition
@@ -121,7 +124,7 @@ from tierlog.log.segment import (
     batch_spans,
 )
 from tierlog.log.txn_index import AbortedTxn
-from tierlog.rlm.index_cache import RemoteIndexCache, RemoteIndexCacheEntry
+from tierlog.rlm.index_cache import DecodedOffsetIndex, RemoteIndexCache, RemoteIndexCacheEntry
 from tierlog.rlm.lineage import (
     build_filtered_leader_epoch_map,
     is_remote_segment_within_leader_epochs,
@@ -197,11 +200,9 @@ LogProvider = Callable[[TopicIdPartition], LocalLog | None]
 class FetchMetrics(Protocol):
     """What the reader records (``tierlog.rlm.metrics.RemoteStorageMetrics`` provides it)."""
 
-    def record_fetch(self, topic: str, num_bytes: int) -> None: ...
-
-    def record_fetch_error(self, topic: str) -> None: ...
-
-    def observe_reader_fetch(self, seconds: float) -> None: ...
+    def record_remote_read(
+        self, topic: str, num_bytes: int, seconds: float, *, failed: bool
+    ) -> None: ...
 
 
 class FetchQuota(Protocol):
@@ -393,7 +394,7 @@ class _SegmentBuffer:
         self._filled = 0
         self._at_end = False
         self._stream = self._open(start, end)
-        self._data = _take_scratch(_MIN_SCRATCH)
+        self._scratch: bytearray | None = None  # taken on first use: a direct read needs none
 
     def _open(self, start: int, end: int | None) -> BinaryIO:
         try:
@@ -406,6 +407,13 @@ class _SegmentBuffer:
         """The buffer: ``data[i]`` is the segment's byte at position ``base + i``, for positions
         below ``available`` (the rest is stale). Valid until the next ``fill`` or ``push``."""
         return self._data
+
+    @property
+    def _data(self) -> bytearray:
+        scratch = self._scratch
+        if scratch is None:
+            scratch = self._scratch = _take_scratch(_MIN_SCRATCH)
+        return scratch
 
     @property
     def base(self) -> int:
@@ -489,13 +497,14 @@ class _SegmentBuffer:
             grown = bytearray(upto - self._base)
             with memoryview(data) as view:
                 grown[: self._filled] = view[: self._filled]
-            self._data = grown
+            self._scratch = grown
 
     def close(self) -> None:
         try:
             self._stream.close()
         finally:
-            _give_back_scratch(self._data)
+            if self._scratch is not None:
+                _give_back_scratch(self._scratch)
 
 
 def _header_at(
@@ -586,36 +595,53 @@ def _check_batches(
     first_position: int,
     metadata: RemoteLogSegmentMetadata,
     verify_crc: bool,
-) -> None:
+) -> tuple[int, int]:
     """Check the header of every whole batch of ``records`` (length, magic) and, with
-    ``verify_crc``, its CRC; a partial last batch cannot be checked.
+    ``verify_crc``, its CRC; a partial last batch cannot be checked. The first fault in byte
+    order is the one raised. Returns where the whole batches end and where the last of them
+    starts (-1: none), in ``records``.
 
-    This loop is the read's only per-batch work, so it is kept tight: one ``unpack_from`` per
-    batch while its first 17 bytes are there, then the tail (at most 16 bytes) apart.
+    The header walk is one ``walk_batch_headers`` call (C when it is built): without
+    ``verify_crc``, the read's only per-batch work.
     """
     end = len(records)
-    last_full = end - HEADER_SIZE_UP_TO_MAGIC
-    unpack = _LENGTH_AND_MAGIC.unpack_from
-    pos = 0
-    while pos <= last_full:
-        length, magic = unpack(records, pos + _LENGTH_OFFSET)
-        nxt = pos + LOG_OVERHEAD + length
-        if nxt > end:
-            return
-        if length < _MIN_BATCH_LENGTH or magic != MAGIC_V2:
-            raise _invalid_batch(records, pos, length, first_position, metadata)
-        if verify_crc:
-            (stored,) = _UINT32.unpack_from(records, pos + CRC_OFFSET)
-            with memoryview(records) as view:  # no copy of the batch
-                computed = crc32c(view[pos + ATTRIBUTES_OFFSET : nxt])
-            if computed != stored:
-                raise crc_mismatch(stored, computed, first_position + pos, _describe(metadata))
-        pos = nxt
-    if pos + LOG_OVERHEAD <= end:
+    pos, status, last = walk_batch_headers(records, _MIN_BATCH_LENGTH, MAGIC_V2)
+    if verify_crc:
+        at = 0
+        with memoryview(records) as view:  # no copy of the batches
+            while at < pos:  # the batches before ``pos`` are whole, with sound headers
+                nxt = at + LOG_OVERHEAD + _INT32.unpack_from(view, at + _LENGTH_OFFSET)[0]
+                (stored,) = _UINT32.unpack_from(view, at + CRC_OFFSET)
+                computed = crc32c(view[at + ATTRIBUTES_OFFSET : nxt])
+                if computed != stored:
+                    raise crc_mismatch(stored, computed, first_position + at, _describe(metadata))
+                at = nxt
+    if status == WALK_BAD:
+        (length,) = _INT32.unpack_from(records, pos + _LENGTH_OFFSET)
+        raise _invalid_batch(records, pos, length, first_position, metadata)
+    if status == WALK_END and pos + LOG_OVERHEAD <= end:
         # Fewer than 17 bytes left: a partial batch, unless its Length says it ends there.
         (length,) = _INT32.unpack_from(records, pos + _LENGTH_OFFSET)
         if pos + LOG_OVERHEAD + length <= end:
             raise _invalid_batch(records, pos, length, first_position, metadata)
+    return pos, last
+
+
+def _checked(
+    entry: RemoteIndexCacheEntry,
+    records: bytes,
+    position: int,
+    metadata: RemoteLogSegmentMetadata,
+    verify_crc: bool,
+) -> bytes:
+    """``records`` (read at ``position``) once ``_check_batches`` passed them, the start of
+    the batch after their last whole one remembered in ``entry``: where the consumer's next
+    fetch, of the offset after that batch, begins (``remember_batch_start``)."""
+    end, last = _check_batches(records, position, metadata, verify_crc)
+    if last >= 0 and position + end < metadata.segment_size_in_bytes:
+        base_offset, _, _, last_delta = _DIRECT_HEADER.unpack_from(records, last)
+        entry.remember_batch_start(base_offset + last_delta + 1, position + end)
+    return records
 
 
 def _invalid_batch(
@@ -719,10 +745,9 @@ class RemoteLogReader:
 
     def _record(self, topic: str, started: float, num_bytes: int, *, failed: bool) -> None:
         if self._metrics is not None:
-            self._metrics.observe_reader_fetch(self._clock() - started)
-            self._metrics.record_fetch(topic, num_bytes)
-            if failed:
-                self._metrics.record_fetch_error(topic)
+            self._metrics.record_remote_read(
+                topic, num_bytes, self._clock() - started, failed=failed
+            )
         if self._fetch_quota is not None:
             self._fetch_quota.record(num_bytes)
 
@@ -781,18 +806,14 @@ class RemoteLogReader:
             return None
         return self._rlmm.remote_log_segment_metadata(metadata.topic_id_partition, epoch, offset)
 
-    def _acquire(self, metadata: RemoteLogSegmentMetadata) -> RemoteIndexCacheEntry:
-        """The segment's index cache entry, held until ``self._cache.release``; a segment
-        whose offset or time index is gone from remote storage is ``_SegmentGone``."""
-        try:
-            return self._cache.acquire_entry(metadata)
-        except RemoteResourceNotFoundException as exc:
-            raise _SegmentGone(metadata) from exc
-
     @contextmanager
     def _index_entry(self, metadata: RemoteLogSegmentMetadata) -> Iterator[RemoteIndexCacheEntry]:
-        """``_acquire`` for a ``with`` block."""
-        entry = self._acquire(metadata)
+        """The segment's index cache entry, held for the ``with`` block; a segment whose offset
+        or time index is gone from remote storage is ``_SegmentGone``."""
+        try:
+            entry = self._cache.acquire_entry(metadata)
+        except RemoteResourceNotFoundException as exc:
+            raise _SegmentGone(metadata) from exc
         try:
             yield entry
         finally:
@@ -809,15 +830,11 @@ class RemoteLogReader:
         committed = fetch_info.isolation == READ_COMMITTED
         current: RemoteLogSegmentMetadata | None = metadata
         while current is not None:
-            entry = self._acquire(current)
             try:
-                found = self._read_segment(current, entry, fetch_info)
-                if found is not None and committed and not found.first_entry_incomplete:
-                    bound = entry.fetch_upper_bound_offset(
-                        OffsetPosition(found.base_offset, found.position), len(found.records)
-                    )
-            finally:
-                self._cache.release(entry)
+                entry, offsets = self._cache.offsets_entry(current)
+            except RemoteResourceNotFoundException as exc:
+                raise _SegmentGone(current) from exc
+            found = self._read_segment(current, entry, offsets, fetch_info)
             if found is None:
                 current = self._next_segment(current, epochs)
                 continue
@@ -831,10 +848,11 @@ class RemoteLogReader:
             )
             if not committed:
                 return info
+            # The first index entry certainly past the bytes returned (Kafka's
+            # fetchUpperBoundOffset) bounds the aborted transactions that matter.
+            bound = offsets.first_at_or_after(found.position + len(found.records))
             upper = bound.offset if bound is not None else current.end_offset + 1
-            aborted = self._aborted_transactions(
-                current, found.base_offset, upper, log, epochs
-            )
+            aborted = self._aborted_transactions(current, found.base_offset, upper, log, epochs)
             return info._replace(aborted_transactions=aborted)
         return FetchDataInfo(LogOffsetMetadata(offset), b"", False, [] if committed else None)
 
@@ -865,20 +883,30 @@ class RemoteLogReader:
         self,
         metadata: RemoteLogSegmentMetadata,
         entry: RemoteIndexCacheEntry,
+        offsets: DecodedOffsetIndex,
         fetch_info: RemoteStorageFetchInfo,
     ) -> _SegmentRead | None:
         """Steps 2 and 4 for one segment; None when it holds no batch at or past the offset."""
         offset = fetch_info.fetch_offset
         max_bytes = fetch_info.max_bytes
         min_one = fetch_info.min_one_message
-        found, bound, after = entry.read_bounds(offset)
-        start = found.position
-        end = self._range_end(bound, after, max_bytes, min_one)
-        # Where the index says the batch holding the offset starts: at ``found`` if its batch
-        # ends at the offset, else (the batches before ``bound`` end below it) at ``bound``.
-        expected: int | None = start
-        if found.offset < offset:
-            expected = bound.position if bound is not None else None
+        expected = entry.batch_start(offset)
+        if expected is not None:
+            # A read before this one ended where the batch holding the offset starts (the
+            # next index entry after it is where that batch ends, at the latest).
+            start = expected
+            after_start = offsets.first_at_or_after(start + 1)
+            end = self._range_end(OffsetPosition(offset, start), after_start, max_bytes, min_one)
+        else:
+            found, bound, after = offsets.read_bounds(offset)
+            start = found.position
+            end = self._range_end(bound, after, max_bytes, min_one)
+            # Where the index says the batch holding the offset starts: at ``found`` if its
+            # batch ends at the offset, else (the batches before ``bound`` end below it) at
+            # ``bound``.
+            expected = start
+            if found.offset < offset:
+                expected = bound.position if bound is not None else None
         buffer = _SegmentBuffer(self._rsm, metadata, start, end)
         try:
             at = start
@@ -888,7 +916,7 @@ class RemoteLogReader:
                 at = _skip_below(buffer, start, min(have, expected), offset)
             while True:
                 if at == expected and buffer.available == at:
-                    direct = self._read_direct(buffer, metadata, at, fetch_info)
+                    direct = self._read_direct(buffer, entry, metadata, at, fetch_info)
                     if direct is not None:
                         return direct
                 header = _header_at(buffer, at, metadata)
@@ -911,14 +939,15 @@ class RemoteLogReader:
                 memoryview(buffer.data) as view,
                 view[begin : stop - buffer.base] as records,
             ):
-                _check_batches(records, at, metadata, self._verify_crc)
-                return _SegmentRead(header.base_offset, at, bytes(records), False)
+                returned = _checked(entry, bytes(records), at, metadata, self._verify_crc)
+                return _SegmentRead(header.base_offset, at, returned, False)
         finally:
             buffer.close()
 
     def _read_direct(
         self,
         buffer: _SegmentBuffer,
+        entry: RemoteIndexCacheEntry,
         metadata: RemoteLogSegmentMetadata,
         at: int,
         fetch_info: RemoteStorageFetchInfo,
@@ -944,14 +973,12 @@ class RemoteLogReader:
                 if fetch_info.min_one_message:
                     capacity = max(size, max_bytes)
                 elif size > max_bytes:
-                    return self._first_batch_too_large(
-                        metadata, base_offset, at, size, fetch_info
-                    )
+                    return self._first_batch_too_large(metadata, base_offset, at, size, fetch_info)
                 else:
                     capacity = max_bytes
                 if capacity <= want:
                     records = data if capacity == want else data[:capacity]
-                    _check_batches(records, at, metadata, self._verify_crc)
+                    _checked(entry, records, at, metadata, self._verify_crc)
                     return _SegmentRead(base_offset, at, records, False)
         buffer.push(data, at)
         return None
@@ -1092,9 +1119,7 @@ class RemoteLogReader:
                     if header.max_timestamp >= timestamp and header.last_offset >= starting_offset:
                         begin = at - buffer.base
                         batch = bytes(buffer.data[begin : begin + size])
-                        _, records = decode_batch(
-                            batch, path=_describe(metadata), file_offset=at
-                        )
+                        _, records = decode_batch(batch, path=_describe(metadata), file_offset=at)
                         for record in records:
                             if record.timestamp >= timestamp and record.offset >= starting_offset:
                                 epoch = header.partition_leader_epoch

@@ -26,8 +26,9 @@ def _signed64(value: int) -> int:
 class Uuid:
     """An immutable 128-bit identifier with Kafka's string form and (msb, lsb) accessors."""
 
-    __slots__ = ("_value",)
+    __slots__ = ("_text", "_value")
     _value: int
+    _text: str | None  # str(self), built on first use: ids are formatted on every remote read
 
     def __init__(self, most_significant_bits: int, least_significant_bits: int) -> None:
         object.__setattr__(
@@ -35,6 +36,7 @@ class Uuid:
             "_value",
             ((most_significant_bits & _MASK64) << 64) | (least_significant_bits & _MASK64),
         )
+        object.__setattr__(self, "_text", None)
 
     # Construction -------------------------------------------------------------------------------
     @classmethod
@@ -120,7 +122,11 @@ class Uuid:
         return hash(self._value)
 
     def __str__(self) -> str:
-        return base64.urlsafe_b64encode(self.bytes).decode("ascii").rstrip("=")
+        text = self._text
+        if text is None:
+            text = base64.urlsafe_b64encode(self.bytes).decode("ascii").rstrip("=")
+            object.__setattr__(self, "_text", text)
+        return text
 
     def __repr__(self) -> str:
         return f"Uuid({str(self)!r})"
