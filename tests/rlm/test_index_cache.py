@@ -44,32 +44,18 @@ from tierlog.spi import (
     Uuid,
 )
 
-try:  # the helper module sits next to this file, whether tests/rlm is a package or not
-    from ._tiering import (
-        Clock,
-        CountingStorage,
-        batch,
-        fill,
-        marker,
-        open_log,
-        open_rlmm,
-        open_rsm,
-        tier,
-        txn_batch,
-    )
-except ImportError:
-    from _tiering import (  # type: ignore[no-redef,import-not-found,unused-ignore]
-        Clock,
-        CountingStorage,
-        batch,
-        fill,
-        marker,
-        open_log,
-        open_rlmm,
-        open_rsm,
-        tier,
-        txn_batch,
-    )
+from ._tiering import (
+    Clock,
+    CountingStorage,
+    batch,
+    fill,
+    marker,
+    open_log,
+    open_rlmm,
+    open_rsm,
+    tier,
+    txn_batch,
+)
 
 KAFKA_NAME = re.compile(r"(\d+)_([A-Za-z0-9_-]{22})\.(index|timeindex|txnindex)")
 INDEX_TYPES = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION)

@@ -55,40 +55,22 @@ from tierlog.spi import (
     Uuid,
 )
 
-try:  # the helper module sits next to this file, whether tests/rlm is a package or not
-    from ._tiering import (
-        NOW,
-        TIP,
-        Clock,
-        CountingStorage,
-        batch,
-        delete_remote,
-        fill,
-        marker,
-        offsets_of,
-        open_log,
-        open_rlmm,
-        open_rsm,
-        tier,
-        txn_batch,
-    )
-except ImportError:
-    from _tiering import (  # type: ignore[no-redef,import-not-found,unused-ignore]
-        NOW,
-        TIP,
-        Clock,
-        CountingStorage,
-        batch,
-        delete_remote,
-        fill,
-        marker,
-        offsets_of,
-        open_log,
-        open_rlmm,
-        open_rsm,
-        tier,
-        txn_batch,
-    )
+from ._tiering import (
+    NOW,
+    TIP,
+    Clock,
+    CountingStorage,
+    batch,
+    delete_remote,
+    fill,
+    marker,
+    offsets_of,
+    open_log,
+    open_rlmm,
+    open_rsm,
+    tier,
+    txn_batch,
+)
 
 BIG_SEGMENTS = {"internal.segment.bytes": 1_000_000}
 """Segments rolled by hand (``log.roll()``) in the tests that place batches precisely."""
