@@ -165,34 +165,29 @@ def _parse_prefix(prefix: str) -> tuple[int, Uuid] | None:
 
 
 # Opening indexes -------------------------------------------------------------------------------
-def _open_offset_index(path: Path, start_offset: int) -> OffsetIndex:
-    index = OffsetIndex(path, start_offset, writable=False)
+_Index = TypeVar("_Index", OffsetIndex, TimeIndex, TransactionIndex)
+
+
+def _sanity_checked(index: _Index) -> _Index:
+    """``index`` once its sanity check passed (it is closed when the check fails)."""
     try:
         index.sanity_check()
     except BaseException:
         index.close()
         raise
     return index
+
+
+def _open_offset_index(path: Path, start_offset: int) -> OffsetIndex:
+    return _sanity_checked(OffsetIndex(path, start_offset, writable=False))
 
 
 def _open_time_index(path: Path, start_offset: int) -> TimeIndex:
-    index = TimeIndex(path, start_offset, writable=False)
-    try:
-        index.sanity_check()
-    except BaseException:
-        index.close()
-        raise
-    return index
+    return _sanity_checked(TimeIndex(path, start_offset, writable=False))
 
 
 def _open_txn_index(path: Path, start_offset: int) -> TransactionIndex:
-    index = TransactionIndex(start_offset, path, writable=False)
-    try:
-        index.sanity_check()
-    except BaseException:
-        index.close()
-        raise
-    return index
+    return _sanity_checked(TransactionIndex(start_offset, path, writable=False))
 
 
 # Decoded offset indexes ------------------------------------------------------------------------
