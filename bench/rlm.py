@@ -56,6 +56,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from _segments import build_log, copy_metadata  # built as bench/rsm.py builds them
 from log_format import MIB, make_batches  # the same generated records as the format bench
 
 from tierlog.log.compression import CompressionType
@@ -68,7 +69,6 @@ from tierlog.rlm.remote_read import RemoteStorageFetchInfo
 from tierlog.spi import (
     IndexType,
     LogSegmentData,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
@@ -80,8 +80,6 @@ GOAL_COPY_RATIO = 0.9
 GOAL_READ_RATIO = 0.8
 GOAL_REQUESTS_PER_FETCH = 1.0
 RESULTS = Path(__file__).resolve().parent / "results"
-NOW_MS = 1_700_000_100_000  # just after the generated records' timestamps
-LEADER_EPOCH = 3
 TOPIC_ID = Uuid.from_string("tierlogRLMbenchTopicIA")
 BATCH_HEADER = 61  # RECORD_BATCH_OVERHEAD: a v2 batch header
 
@@ -119,41 +117,6 @@ class CountingStorage(LocalTieredStorage):
 
 
 # Building the partition ---------------------------------------------------------------------------
-def build_log(
-    directory: Path, pool: list[bytes], size: int, segment_bytes: int
-) -> tuple[LocalLog, float]:
-    """A tiered partition holding ``size`` bytes of the pool, all in sealed segments."""
-    config: dict[str, object] = {
-        "segment.bytes": segment_bytes,
-        "index.interval.bytes": 4096,
-        "remote.storage.enable": True,
-        "retention.ms": -1,
-        "retention.bytes": -1,
-    }
-    local = LocalLog.open(
-        directory,
-        config,
-        topic_id=TOPIC_ID,
-        clock=lambda: NOW_MS,
-        high_watermark_follows_leo=True,
-    )
-    local.assign_epoch_start_offset(LEADER_EPOCH, 0)
-    written = 0
-    i = 0
-    next_report = 256 * MIB
-    t0 = time.perf_counter()
-    while written < size:
-        data = pool[i % len(pool)]
-        local.append_as_leader(data, LEADER_EPOCH)
-        written += len(data)
-        i += 1
-        if written >= next_report:
-            log(f"    {written / MIB:,.0f} / {size / MIB:,.0f} MiB")
-            next_report += 256 * MIB
-    local.roll()
-    return local, time.perf_counter() - t0
-
-
 def new_rlm(
     work: Path, name: str, rsm: CountingStorage, local: LocalLog
 ) -> tuple[RemoteLogManager, EmbeddedRemoteLogMetadataManager]:
@@ -235,19 +198,7 @@ class CopyBench:
         self.passes += 1
         work: list[tuple[RemoteLogSegmentMetadata, LogSegmentData]] = []
         for inputs in self.inputs:
-            meta = RemoteLogSegmentMetadata(
-                remote_log_segment_id=RemoteLogSegmentId.generate_new(self.tp),
-                start_offset=inputs.start_offset,
-                end_offset=inputs.end_offset,
-                max_timestamp_ms=inputs.largest_timestamp,
-                broker_id=0,
-                event_timestamp_ms=NOW_MS,
-                segment_size_in_bytes=inputs.size_in_bytes,
-                segment_leader_epochs=inputs.segment_leader_epochs,
-                state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
-                txn_idx_empty=inputs.txn_index_empty,
-            )
-            work.append((meta, inputs.data))
+            work.append((copy_metadata(inputs, self.tp), inputs.data))
         copy = self.rsm.copy_log_segment_data
         os.sync()
         t0 = time.perf_counter()
@@ -495,7 +446,9 @@ def main() -> None:
             random.Random(args.seed), CompressionType.NONE, args.pool_mib * MIB, args.batch_kib
         )
         log(f"building the log: {args.size_mib:,} MiB in {args.segment_mib} MiB segments ...")
-        local, build_s = build_log(workdir / "logs" / "bench-0", pool, size, segment_bytes)
+        local, build_s = build_log(
+            workdir / "logs" / "bench-0", pool, size, segment_bytes, topic_id=TOPIC_ID, progress=log
+        )
         del pool
         sealed = local.sealed_segments()
         results["log"] = {

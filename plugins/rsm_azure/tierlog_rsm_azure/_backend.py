@@ -6,14 +6,15 @@ strict where Azure differs from the other clouds:
 
 - **uploads** of a known size below ``upload.multipart.threshold`` are one Put Blob; anything
   else is staged blocks (Put Block, at most ``upload.parallelism`` in flight, each block read
-  from the source only when a slot is free, so memory is bounded by block size x parallelism)
-  committed by one Put Block List. Staged blocks are invisible until the commit, so a reader
-  never sees a partial object; a failed upload's blocks are dropped by Azure after a week or at
-  the blob's next commit (there is no "abort" call). Block ids are ``<upload uuid><index>``, all
-  the same length (Azure requires it for one blob) and unique per attempt, so a retry or a
-  concurrent upload of the same key cannot commit another attempt's blocks. A commit discards
-  every other uncommitted block of the blob, so of two concurrent uploads of one key the later
-  commit may fail with ``InvalidBlockList``: that is raised as retriable (a retry succeeds);
+  from the source only when a slot is free, by the core's ``upload_parts``, so memory is
+  bounded by block size x parallelism) committed by one Put Block List. Staged blocks are
+  invisible until the commit, so a reader never sees a partial object; a failed upload's
+  blocks are dropped by Azure after a week or at the blob's next commit (there is no "abort"
+  call). Block ids are ``<upload uuid><index>``, all the same length (Azure requires it for
+  one blob) and unique per attempt, so a retry or a concurrent upload of the same key cannot
+  commit another attempt's blocks. A commit discards every other uncommitted block of the
+  blob, so of two concurrent uploads of one key the later commit may fail with
+  ``InvalidBlockList``: that is raised as retriable (a retry succeeds);
 - **ranged reads** are one streamed GET each, whatever the range's length, holding 1 MiB at a
   time (not the SDK's downloader, which buffers each response whole: see ``_open_range``); a
   body cut short is resumed with If-Match; a start at the end of the blob is an empty stream
@@ -30,7 +31,6 @@ import random
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from importlib import import_module
 from typing import Any, BinaryIO, Final, NoReturn, cast
 
@@ -57,10 +57,12 @@ from tierlog.storage.objectstore.backend import (
     ObjectInfo,
     ObjectStoreBackend,
     ObjectStoreThrottledError,
+    PartReader,
     RequestObserver,
     UploadSettings,
     null_observer,
     read_up_to,
+    upload_parts,
 )
 
 from tierlog_rsm_azure._config import (
@@ -332,12 +334,19 @@ class AzureBackend(ObjectStoreBackend):
         if size is not None and size < settings.multipart_threshold:
             self._put(blob, key, _read_exactly(source, size, key))
             return
-        first = read_up_to(source, block if size is None else min(block, size))
-        if size is None and len(first) < block:
-            # An unknown size that turned out to fit in one block: one request, not two.
-            self._put(blob, key, first)
-            return
-        self._staged(blob, key, source, size, first)
+        blocks = PartReader(source, block, size)
+        if size is None:
+            whole = blocks.read_whole()
+            if whole is not None:
+                # An unknown size that turned out to fit in one block: one request, not two.
+                # upload_blob takes bytes (it would iterate a bytearray): one copy, the
+                # bytearray dropped at once.
+                data = bytes(whole)
+                del whole
+                self._put(blob, key, data)
+                return
+        # Otherwise the first block stays in `blocks`, which hands it to its upload task.
+        self._staged(blob, key, blocks, size)
 
     def _put(self, blob: BlobClient, key: str, data: bytes) -> None:
         try:
@@ -345,67 +354,45 @@ class AzureBackend(ObjectStoreBackend):
         except Exception as e:
             self._raise(e, "upload", key)
 
-    def _staged(
-        self, blob: BlobClient, key: str, source: BinaryIO, size: int | None, first: bytes
-    ) -> None:
-        block_size = self.settings.upload_block_size
-        parallelism = self.upload_settings.parallelism
+    def _staged(self, blob: BlobClient, key: str, blocks: PartReader, size: int | None) -> None:
+        """Blocks read and staged by ``upload_parts`` (at most ``parallelism`` block buffers
+        at once), then one Put Block List; nothing is committed after a failure."""
         attempt = uuid.uuid4().hex
-        block_ids: list[str] = []
-        pending: list[Future[object]] = []
-        slots = threading.BoundedSemaphore(parallelism)
-        sent = 0
 
-        def stage(block_id: str, data: bytes) -> object:
-            return blob.stage_block(block_id, data)
+        def block_id(index: int) -> str:
+            return f"{attempt}{index:06d}"
 
-        def release(_: Future[object]) -> None:
-            slots.release()
+        def stage(index: int, data: bytearray) -> None:
+            # The SDK types the body as bytes, but passes a bytearray on as it is (azure-core
+            # and requests take it as a body with a length; urllib3 sends it through a
+            # memoryview): the block is never copied. Its tests run this on Azurite.
+            blob.stage_block(block_id(index), cast(bytes, data), length=len(data))
 
-        with ThreadPoolExecutor(parallelism, thread_name_prefix="tierlog-azure-upload") as pool:
-            try:
-                slots.acquire()
-                data: bytes | None = first
-                while data:
-                    if len(block_ids) >= MAX_BLOCKS:
-                        raise RemoteStorageException(
-                            f"upload {key!r} to {self.location}: more than {MAX_BLOCKS} blocks "
-                            f"of {block_size} bytes; raise rsm.config.azure.upload.block.size"
-                        )
-                    block_id = f"{attempt}{len(block_ids):06d}"
-                    block_ids.append(block_id)
-                    sent += len(data)
-                    future = pool.submit(stage, block_id, data)
-                    future.add_done_callback(release)
-                    pending.append(future)
-                    data = None  # the worker holds the only reference: memory stays bounded
-                    _raise_first_failure(pending)
-                    if size is not None and sent >= size:
-                        break
-                    slots.acquire()  # wait for a free slot before reading the next block
-                    try:
-                        _raise_first_failure(pending)
-                    except BaseException:
-                        slots.release()
-                        raise
-                    want = block_size if size is None else min(block_size, size - sent)
-                    data = read_up_to(source, want)
-                    if not data:
-                        slots.release()
-                if size is not None and sent < size:
-                    raise RemoteStorageException(
-                        f"upload {key!r}: the source ended after {sent} of {size} bytes"
-                    )
-                wait(pending, return_when=FIRST_EXCEPTION)
-                _raise_first_failure(pending)
-            except BaseException as e:
-                for future in pending:
-                    future.cancel()
-                if isinstance(e, (AzureError, ConnectionError, TimeoutError)):
-                    self._raise(e, "upload", key)
-                raise
+        def too_many_blocks() -> RemoteStorageException:
+            return RemoteStorageException(
+                f"upload {key!r} to {self.location}: more than {MAX_BLOCKS} blocks "
+                f"of {blocks.part_size} bytes; raise rsm.config.azure.upload.block.size"
+            )
+
         try:
-            blob.commit_block_list([BlobBlock(block_id=i) for i in block_ids])
+            sent = upload_parts(
+                blocks,
+                stage,
+                parallelism=self.upload_settings.parallelism,
+                max_parts=MAX_BLOCKS,
+                too_many_parts=too_many_blocks,
+                thread_name_prefix="tierlog-azure-upload",
+            )
+        except (AzureError, ConnectionError, TimeoutError) as e:
+            self._raise(e, "upload", key)
+        if size is not None and sent.size < size:
+            raise RemoteStorageException(
+                f"upload {key!r}: the source ended after {sent.size} of {size} bytes"
+            )
+        try:
+            blob.commit_block_list(
+                [BlobBlock(block_id=block_id(i)) for i in range(len(sent.results))]
+            )
         except Exception as e:
             self._raise(e, "upload", key)
 
@@ -558,16 +545,6 @@ def _default_credential(settings: AzureSettings) -> Any:
             f"environment, Azure CLI) for account {settings.account_name!r}"
         ) from None
     return identity.DefaultAzureCredential()
-
-
-def _raise_first_failure(futures: Sequence[Future[object]]) -> None:
-    for future in futures:
-        if future.done() and not future.cancelled():
-            error = future.exception()
-            if error is not None:
-                raise error
-
-
 
 
 def _read_exactly(source: BinaryIO, n: int, key: str) -> bytes:

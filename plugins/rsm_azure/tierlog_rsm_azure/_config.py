@@ -106,7 +106,7 @@ CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
         "(upload.part.size)",
         f"Bytes per staged block of a large upload ({MIN_UPLOAD_BLOCK_SIZE} to "
         f"{MAX_BLOCK_SIZE}; at most 50,000 blocks per object, so the largest object is 50,000 "
-        "x this). Memory per upload is about this x (upload.parallelism + 1).",
+        "x this). An upload holds at most this x upload.parallelism of block buffers.",
     ),
     ConfigKey(
         API_VERSION,

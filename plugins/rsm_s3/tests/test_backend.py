@@ -276,6 +276,79 @@ def test_checksums_enabled_round_trip(
     assert backend.get("checksums/small").read() == data[:1000]
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["in-place", "streamed"])
+@pytest.mark.parametrize("checksums", [False, True], ids=["no-checksum", "checksum"])
+def test_part_bodies_in_place_or_streamed_round_trip(
+    make_backend: Callable[..., S3Backend], shared_bucket: str, streamed: bool, checksums: bool
+) -> None:
+    """A part goes as its buffer, or, over TLS with checksums on (where botocore would copy a
+    bytearray whole into the BytesIO of its aws-chunked trailer), as a stream over it: both
+    store the same bytes, multipart and single-request."""
+    backend = make_backend(
+        shared_bucket, **{"aws.checksum.check.enabled": "true" if checksums else "false"}
+    )
+    backend._stream_bodies = streamed  # SeaweedFS speaks plain HTTP: force the TLS choice
+    data = StreamSource.generated(11 * MiB + 5, seed=6)
+    prefix = f"bodies/{streamed}-{checksums}"
+    backend.upload(f"{prefix}/known", io.BytesIO(data), len(data))
+    backend.upload(f"{prefix}/unknown", StreamSource(len(data), data=data), None)  # type: ignore[arg-type]
+    backend.upload(f"{prefix}/one-part", io.BytesIO(data[:4000]), None)
+    assert backend.get(f"{prefix}/known").read() == data
+    assert backend.get(f"{prefix}/unknown").read() == data
+    assert backend.get(f"{prefix}/one-part").read() == data[:4000]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "checksums", "streamed"),
+    [
+        (None, "true", True),  # AWS: TLS
+        ("https://s3.example.com", "true", True),
+        ("https://s3.example.com", "false", False),
+        ("http://127.0.0.1:9000", "true", False),
+    ],
+)
+def test_parts_are_streamed_only_where_botocore_would_copy_them(
+    endpoint: str | None, checksums: str, streamed: bool
+) -> None:
+    configs = {
+        "s3.bucket.name": "any-bucket",
+        "s3.region": "us-east-1",
+        "aws.access.key.id": "id",
+        "aws.secret.access.key": "secret",
+        "aws.checksum.check.enabled": checksums,
+    }
+    if endpoint is not None:
+        configs["s3.endpoint.url"] = endpoint
+    with S3Backend(S3Settings.from_configs(configs)) as backend:  # no request is made
+        assert backend._stream_bodies is streamed
+
+
+def test_a_part_stream_frames_like_the_bytes_it_wraps() -> None:
+    """botocore's aws-chunked wrapper (TLS with checksums) reads the stream as it reads a
+    BytesIO of the same bytes, and rewinds it for a retry."""
+    from botocore.httpchecksum import AwsChunkedWrapper, Crc32Checksum
+    from tierlog_rsm_s3._backend import _PartStream
+
+    data = bytearray(StreamSource.generated(3 * MiB + 17, seed=8))
+
+    def framed(body: object) -> bytes:
+        wrapper = AwsChunkedWrapper(
+            body, checksum_cls=Crc32Checksum, checksum_name="x-amz-checksum-crc32"
+        )
+        out = wrapper.read()
+        wrapper.seek(0)
+        assert wrapper.read() == out
+        return out
+
+    stream = _PartStream(data)
+    assert framed(stream) == framed(io.BytesIO(bytes(data)))
+    stream.seek(5)
+    assert stream.tell() == 5
+    assert stream.read(3) == data[5:8]
+    assert stream.seek(0, io.SEEK_END) == len(data)
+    assert stream.read() == b""
+
+
 def test_storage_class_is_validated_and_applied(
     make_backend: Callable[..., S3Backend], shared_bucket: str, s3_admin: S3Client
 ) -> None:

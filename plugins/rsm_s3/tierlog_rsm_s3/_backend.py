@@ -6,8 +6,8 @@ the three things the Java RSM it replaces gets wrong or leaves to chance:
 
 - **Uploads stream with bounded memory.** An object that fits in one part (or is below the
   multipart threshold) is one ``PutObject``. Anything larger is a multipart upload whose parts
-  are read from the source one ``part_size`` buffer at a time, a slot being taken *before* a
-  buffer is read, so at most ``parallelism`` buffers exist at once whatever the object's size
+  are read from the source one ``part_size`` buffer at a time and sent by the core's
+  ``upload_parts``, so at most ``parallelism`` buffers exist at once whatever the object's size
   (Aiven's buffers grow on the heap, #559/#272). A failure aborts the upload: S3 makes an object
   visible only at ``CompleteMultipartUpload``, so readers never see part of one.
 - **Every HTTP request is reported** to the ``RequestObserver``, including the attempts
@@ -28,7 +28,7 @@ import io
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, cast
 
@@ -48,10 +48,12 @@ from tierlog.storage.objectstore.backend import (
     ObjectStoreBackend,
     Operation,
     Outcome,
+    PartReader,
     RequestObserver,
     UploadSettings,
     null_observer,
     read_up_to,
+    upload_parts,
 )
 from tierlog_rsm_s3._config import DEFAULT_REGION, STORAGE_CLASS, S3Settings
 from tierlog_rsm_s3._errors import THROTTLE_CODES, classify, to_tierlog_error
@@ -197,6 +199,47 @@ class _ObjectStream(io.RawIOBase):
             super().close()
 
 
+class _PartStream(io.RawIOBase):
+    """A part buffer as a seekable, read-only file, without copying it: each ``read`` copies
+    only what it returns (botocore frames an aws-chunked body 1 MiB at a time)."""
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        super().__init__()
+        self._view = memoryview(data)
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: len(self._view)}
+        if whence not in base:
+            raise ValueError(f"invalid whence {whence}")
+        self._position = max(0, base[whence] + offset)
+        return self._position
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = len(self._view)
+        if size is not None and size >= 0:
+            end = min(end, self._position + size)
+        start = min(self._position, end)
+        self._position = max(self._position, end)
+        return bytes(self._view[start:end])
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
 
 
 # The backend --------------------------------------------------------------------------------
@@ -214,6 +257,13 @@ class S3Backend(ObjectStoreBackend):
         self.settings = settings
         self.location = f"s3://{settings.bucket}"
         self._upload = upload or UploadSettings()
+        # Over TLS with checksums on, botocore sends a checksum as an aws-chunked trailer and
+        # wraps a bytes-like body in a BytesIO for that: a copy of a whole bytearray part. There
+        # a part goes as a stream over its buffer; everywhere else as the buffer itself, which
+        # botocore signs, checksums and sends in place (see ``_body``).
+        self._stream_bodies = settings.checksum_check and (
+            settings.endpoint_url is None or settings.endpoint_url.lower().startswith("https:")
+        )
         self._observer = observer
         self._attempts = _AttemptLog()
         self._closed = False
@@ -375,11 +425,14 @@ class S3Backend(ObjectStoreBackend):
                 self._check_size(key, len(data), size, exact=len(source.read(1)) == 0)
                 self._put(key, data)
                 return
-        first = read_up_to(source, part_size)
-        if size is None and len(first) < part_size:
-            self._put(key, first)
-            return
-        self._multipart(key, source, first, part_size, size)
+        parts = PartReader(source, part_size, size)
+        if size is None:
+            whole = parts.read_whole()
+            if whole is not None:
+                self._put(key, whole)
+                return
+        # Otherwise the first part stays in `parts`, which hands it to its upload task.
+        self._multipart(key, parts, size)
 
     def _check_size(self, key: str, got: int, expected: int | None, *, exact: bool) -> None:
         if expected is not None and (got != expected or not exact):
@@ -389,15 +442,15 @@ class S3Backend(ObjectStoreBackend):
                 f"{expected} were announced; nothing was stored"
             )
 
-    def _put(self, key: str, data: bytes) -> None:
+    def _put(self, key: str, data: bytes | bytearray) -> None:
         with self._request("upload", key, bytes_sent=len(data)):
             self._client.put_object(
-                Bucket=self.settings.bucket, Key=key, Body=data, **self._storage_class()
+                Bucket=self.settings.bucket, Key=key, Body=self._body(data), **self._storage_class()
             )
 
-    def _multipart(
-        self, key: str, source: BinaryIO, first: bytes, part_size: int, size: int | None
-    ) -> None:
+    def _multipart(self, key: str, parts: PartReader, size: int | None) -> None:
+        """Parts read and sent by ``upload_parts``: at most ``parallelism`` part buffers exist
+        at once, on the backend's shared threads; any failure aborts the upload."""
         bucket = self.settings.bucket
         checksum: dict[str, Any] = (
             {"ChecksumAlgorithm": "CRC32"} if self.settings.checksum_check else {}
@@ -407,67 +460,40 @@ class S3Backend(ObjectStoreBackend):
                 Bucket=bucket, Key=key, **self._storage_class(), **checksum
             )
         upload_id = created["UploadId"]
-        slots = threading.BoundedSemaphore(self._upload.parallelism)
-        failed = threading.Event()
-        futures: list[Future[CompletedPartTypeDef]] = []
 
-        def done(future: Future[CompletedPartTypeDef]) -> None:
-            if future.cancelled() or future.exception() is not None:
-                failed.set()
-            slots.release()
+        def upload_part(index: int, data: bytearray) -> CompletedPartTypeDef:
+            return self._upload_part(key, upload_id, index + 1, data, checksum)
+
+        def too_many_parts() -> RemoteStorageException:
+            return RemoteStorageException(
+                f"upload of s3://{bucket}/{key} needs more than {MAX_PARTS} parts of "
+                f"{parts.part_size} bytes: raise rsm.config.upload.part.size"
+            )
 
         try:
-            buffer = first
-            number = 1
-            total = 0
-            while True:
-                # `buffer` was read while holding a slot: at most `parallelism` exist at once.
-                if number > MAX_PARTS:
-                    raise RemoteStorageException(
-                        f"upload of s3://{bucket}/{key} needs more than {MAX_PARTS} parts of "
-                        f"{part_size} bytes: raise rsm.config.upload.part.size"
-                    )
-                if number == 1:
-                    slots.acquire()
-                future = self._executor.submit(
-                    self._upload_part, key, upload_id, number, buffer, checksum
-                )
-                future.add_done_callback(done)
-                futures.append(future)
-                total += len(buffer)
-                number += 1
-                last = len(buffer) < part_size
-                buffer = b""  # drop this thread's reference: the part's task holds it
-                if last or (size is not None and total >= size):
-                    break
-                slots.acquire()
-                if failed.is_set():
-                    slots.release()
-                    break
-                buffer = read_up_to(source, part_size)
-                if not buffer:
-                    slots.release()
-                    break
-            wait(futures)
-            parts = [f.result() for f in futures]
-            exact = size is None or len(source.read(1)) == 0
-            self._check_size(key, total, size, exact=exact)
+            sent = upload_parts(
+                parts,
+                upload_part,
+                parallelism=self._upload.parallelism,
+                executor=self._executor,
+                max_parts=MAX_PARTS,
+                too_many_parts=too_many_parts,
+            )
+            exact = size is None or len(parts.source.read(1)) == 0
+            self._check_size(key, sent.size, size, exact=exact)
             with self._request("complete_upload", key):
                 self._client.complete_multipart_upload(
                     Bucket=bucket,
                     Key=key,
                     UploadId=upload_id,
-                    MultipartUpload={"Parts": parts},
+                    MultipartUpload={"Parts": sent.results},
                 )
         except BaseException:
-            for future in futures:
-                future.cancel()
-            wait(futures)
             self._abort(key, upload_id)
             raise
 
     def _upload_part(
-        self, key: str, upload_id: str, number: int, data: bytes, checksum: dict[str, Any]
+        self, key: str, upload_id: str, number: int, data: bytearray, checksum: dict[str, Any]
     ) -> CompletedPartTypeDef:
         with self._request("upload_part", key, bytes_sent=len(data)):
             response = self._client.upload_part(
@@ -475,13 +501,25 @@ class S3Backend(ObjectStoreBackend):
                 Key=key,
                 UploadId=upload_id,
                 PartNumber=number,
-                Body=data,
+                Body=self._body(data),
                 **checksum,
             )
         part: CompletedPartTypeDef = {"PartNumber": number, "ETag": response["ETag"]}
         if "ChecksumCRC32" in response:
             part["ChecksumCRC32"] = response["ChecksumCRC32"]
         return part
+
+    def _body(self, data: bytes | bytearray) -> bytes:
+        """The request body for a part (or a single-request object) in ``data``.
+
+        A ``bytearray`` (what ``PartReader`` gives) goes as it is: botocore's validator takes
+        it, and it is signed (SHA-256 over plain HTTP, or when no checksum is sent), checksummed
+        and sent in place, where a ``bytes`` body is wrapped in a ``BytesIO`` and read again in
+        1 MiB copies for each. Over TLS with checksums on, botocore would copy a bytearray whole
+        (into the ``BytesIO`` of its aws-chunked trailer): the part goes as a ``_PartStream``
+        over the same buffer, read 1 MiB at a time as it is framed. The cast is for the stubs,
+        which say bytes or a file."""
+        return cast(bytes, _PartStream(data) if self._stream_bodies else data)
 
     def _abort(self, key: str, upload_id: str) -> None:
         """Best effort: an upload left behind is invisible to readers and expires with the

@@ -16,6 +16,8 @@ that backend. Everything else is here, so it behaves the same on every cloud and
 - ``transforms``: per-chunk zstd compression and AES-256-GCM envelope encryption with
   pluggable key providers and key rotation;
 - ``cache``: decoded chunks in memory and on disk (surviving restarts), manifests in memory;
+- ``parts``: the parallel part uploader of S3 multipart uploads and Azure staged blocks, at
+  most ``upload.parallelism`` part buffers alive at once (exported by ``backend``);
 - ``ratelimit``: the upload rate limit;
 - ``metrics``: requests, bytes, errors, throttles and cache hits per backend and operation,
   for Prometheus;

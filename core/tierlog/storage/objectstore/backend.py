@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import BinaryIO, Literal, Protocol, Self
 
 from tierlog.spi import RetriableRemoteStorageException
+from tierlog.storage.objectstore.parts import PartReader, UploadedParts, upload_parts
 
 __all__ = [
     "ObjectInfo",
@@ -40,10 +41,13 @@ __all__ = [
     "ObjectStoreThrottledError",
     "Operation",
     "Outcome",
+    "PartReader",
     "RequestObserver",
     "UploadSettings",
+    "UploadedParts",
     "null_observer",
     "read_up_to",
+    "upload_parts",
 ]
 
 Operation = Literal["upload", "upload_part", "complete_upload", "get", "delete", "list", "head"]
@@ -162,7 +166,8 @@ def read_up_to(source: BinaryIO, size: int) -> bytes:
     """``size`` bytes of ``source``, fewer only at its end.
 
     Upload sources may return short reads before their end (a pipe, the RSM's compressing and
-    encrypting streams): a backend filling a part or block reads through this.
+    encrypting streams): a backend filling a single-request body reads through this; parts of
+    a parallel upload are read by ``PartReader`` and sent by ``upload_parts`` (``parts.py``).
     """
     if size <= 0:
         return b""
