@@ -541,7 +541,8 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def remote_log_segment_metadata(
         self, topic_id_partition: TopicIdPartition, epoch_for_offset: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        self._ensure_open()
+        if self._closed or self._directory is None:  # every remote read asks: no call when open
+            self._ensure_open()
         return self._store.remote_log_segment_metadata(topic_id_partition, epoch_for_offset,
                                                        offset)
 

@@ -138,7 +138,10 @@ class RemotePartitionMetadataStore:
     def remote_log_segment_metadata(
         self, topic_id_partition: TopicIdPartition, epoch_for_offset: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        return self._ready(topic_id_partition).remote_log_segment_metadata(
+        cache = self._caches.get(topic_id_partition)  # _ready, inlined: every remote read asks
+        if cache is None or not cache.is_initialized():
+            cache = self._ready(topic_id_partition)
+        return cache.remote_log_segment_metadata(
             epoch_for_offset, offset
         )
 

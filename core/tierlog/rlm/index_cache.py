@@ -991,7 +991,8 @@ class RemoteIndexCache:
             if self._closed:
                 raise IllegalStateError("RemoteIndexCache is closed")
             now = self._clock()
-            self._expire_locked(now)
+            if self._ttl_ms > 0:
+                self._expire_locked(now)
             entry = self._entries.get(key)
             if entry is not None:
                 decoded = entry._decoded

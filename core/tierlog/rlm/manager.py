@@ -609,7 +609,7 @@ class RemoteLogManager:
             fetch_quota=self.fetch_quota,
         )
         self.reader_pool = RemoteReaderPool(
-            self._read,
+            self.read,
             threads=config.remote_log_reader_threads,
             max_pending_tasks=config.remote_log_reader_max_pending_tasks,
         )
@@ -809,12 +809,9 @@ class RemoteLogManager:
 
     # Reads ----------------------------------------------------------------------------------------
     def read(self, fetch_info: RemoteStorageFetchInfo) -> FetchDataInfo:
-        """Read below the local log start, on the calling thread (``RemoteLogReader.read``)."""
-        return self._read(fetch_info)
-
-    def _read(self, fetch_info: RemoteStorageFetchInfo) -> FetchDataInfo:
-        """``reader.read``, with a failure while the RLMM is not ready for the partition
-        turned into ``RemoteStorageNotReadyException``.
+        """Read below the local log start, on the calling thread (``RemoteLogReader.read``),
+        with a failure while the RLMM is not ready for the partition turned into
+        ``RemoteStorageNotReadyException``.
 
         Readiness is asked only when a read fails: a segment found in a not-yet-ready RLMM is
         still the right data (segments are immutable), only a miss can be an artefact of

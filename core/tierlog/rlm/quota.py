@@ -187,6 +187,16 @@ class _WindowedSum(_SampledStat):
     def _update(self, sample: _Sample, value: float) -> None:
         sample.value += value
 
+    def record(self, value: float, time_ms: int) -> None:
+        # _SampledStat.record with _update inlined: a rate records on every remote read.
+        samples = self._samples
+        sample = samples[self._current] if samples else self._current_sample(time_ms)
+        if time_ms - sample.start_time_ms >= self._window_ms:
+            sample = self._advance(time_ms)
+        sample.value += value
+        sample.event_count += 1
+        sample.last_event_ms = time_ms
+
     def _combine(self, samples: list[_Sample]) -> float:
         return sum((s.value for s in samples), 0.0)
 

@@ -355,6 +355,24 @@ def _give_back_scratch(buffer: bytearray) -> None:
         _scratch.buffer = buffer
 
 
+def _clamp_end(metadata: RemoteLogSegmentMetadata, end: int | None) -> int | None:
+    """``end`` (inclusive), or None when the range reaches the segment's end anyway."""
+    size = metadata.segment_size_in_bytes
+    if end is not None and size > 0 and end >= size - 1:
+        return None
+    return end
+
+
+def _open_range(
+    rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, start: int, end: int | None
+) -> BinaryIO:
+    """The RSM's stream of ``start..end`` of the segment; a segment gone is ``_SegmentGone``."""
+    try:
+        return rsm.fetch_log_segment(metadata, start, _clamp_end(metadata, end))
+    except RemoteResourceNotFoundException as exc:
+        raise _SegmentGone(metadata) from exc
+
+
 class _SegmentBuffer:
     """The bytes of a remote segment from a position, from one ranged RSM request.
 
@@ -383,24 +401,21 @@ class _SegmentBuffer:
         metadata: RemoteLogSegmentMetadata,
         start: int,
         end: int | None,
+        stream: BinaryIO | None = None,
     ) -> None:
-        size = metadata.segment_size_in_bytes
-        if end is not None and size > 0 and end >= size - 1:
-            end = None  # the range reaches the segment's end anyway
+        """``stream``: the request for ``start..end`` when the caller made it already
+        (``_open_range``); the buffer then owns it."""
         self._rsm = rsm
         self._metadata = metadata
-        self._end = end
+        self._end = _clamp_end(metadata, end)
         self._base = start
         self._filled = 0
         self._at_end = False
-        self._stream = self._open(start, end)
+        self._stream = stream if stream is not None else _open_range(rsm, metadata, start, end)
         self._scratch: bytearray | None = None  # taken on first use: a direct read needs none
 
     def _open(self, start: int, end: int | None) -> BinaryIO:
-        try:
-            return self._rsm.fetch_log_segment(self._metadata, start, end)
-        except RemoteResourceNotFoundException as exc:
-            raise _SegmentGone(self._metadata) from exc
+        return _open_range(self._rsm, self._metadata, start, end)
 
     @property
     def data(self) -> bytearray:
@@ -595,14 +610,16 @@ def _check_batches(
     first_position: int,
     metadata: RemoteLogSegmentMetadata,
     verify_crc: bool,
-) -> tuple[int, int]:
+    entry: RemoteIndexCacheEntry | None = None,
+) -> None:
     """Check the header of every whole batch of ``records`` (length, magic) and, with
     ``verify_crc``, its CRC; a partial last batch cannot be checked. The first fault in byte
-    order is the one raised. Returns where the whole batches end and where the last of them
-    starts (-1: none), in ``records``.
+    order is the one raised.
 
     The header walk is one ``walk_batch_headers`` call (C when it is built): without
-    ``verify_crc``, the read's only per-batch work.
+    ``verify_crc``, the read's only per-batch work. Given the segment's index ``entry``, the
+    walk's end is remembered in it: the batch after the last whole one starts there, and the
+    consumer's next fetch asks for its offset (``remember_batch_start``).
     """
     end = len(records)
     pos, status, last = walk_batch_headers(records, _MIN_BATCH_LENGTH, MAGIC_V2)
@@ -624,24 +641,9 @@ def _check_batches(
         (length,) = _INT32.unpack_from(records, pos + _LENGTH_OFFSET)
         if pos + LOG_OVERHEAD + length <= end:
             raise _invalid_batch(records, pos, length, first_position, metadata)
-    return pos, last
-
-
-def _checked(
-    entry: RemoteIndexCacheEntry,
-    records: bytes,
-    position: int,
-    metadata: RemoteLogSegmentMetadata,
-    verify_crc: bool,
-) -> bytes:
-    """``records`` (read at ``position``) once ``_check_batches`` passed them, the start of
-    the batch after their last whole one remembered in ``entry``: where the consumer's next
-    fetch, of the offset after that batch, begins (``remember_batch_start``)."""
-    end, last = _check_batches(records, position, metadata, verify_crc)
-    if last >= 0 and position + end < metadata.segment_size_in_bytes:
+    if entry is not None and last >= 0 and first_position + pos < metadata.segment_size_in_bytes:
         base_offset, _, _, last_delta = _DIRECT_HEADER.unpack_from(records, last)
-        entry.remember_batch_start(base_offset + last_delta + 1, position + end)
-    return records
+        entry.remember_batch_start(base_offset + last_delta + 1, first_position + pos)
 
 
 def _invalid_batch(
@@ -730,17 +732,16 @@ class RemoteLogReader:
         ``RemoteLogReader`` task records around it: the read time, the fetch request and bytes
         meters (an error meter for failures other than ``OffsetOutOfRangeError``) and the bytes
         returned against the fetch quota (KIP-956)."""
-        topic = fetch_info.topic_id_partition.topic
         started = self._clock()
         try:
             info = self._read(fetch_info)
         except OffsetOutOfRangeError:
-            self._record(topic, started, 0, failed=False)
+            self._record(fetch_info.topic_id_partition.topic, started, 0, failed=False)
             raise
         except Exception:
-            self._record(topic, started, 0, failed=True)
+            self._record(fetch_info.topic_id_partition.topic, started, 0, failed=True)
             raise
-        self._record(topic, started, len(info.records), failed=False)
+        self._record(fetch_info.topic_id_partition.topic, started, len(info.records), failed=False)
         return info
 
     def _record(self, topic: str, started: float, num_bytes: int, *, failed: bool) -> None:
@@ -890,13 +891,16 @@ class RemoteLogReader:
         offset = fetch_info.fetch_offset
         max_bytes = fetch_info.max_bytes
         min_one = fetch_info.min_one_message
+        want = max(max_bytes, RECORD_BATCH_OVERHEAD)
         expected = entry.batch_start(offset)
         if expected is not None:
-            # A read before this one ended where the batch holding the offset starts (the
-            # next index entry after it is where that batch ends, at the latest).
+            # A read before this one ended where the batch holding the offset starts; that
+            # batch ends at the next index entry after it, at the latest.
             start = expected
-            after_start = offsets.first_at_or_after(start + 1)
-            end = self._range_end(OffsetPosition(offset, start), after_start, max_bytes, min_one)
+            end: int | None = start + want - 1
+            if min_one:
+                after = offsets.first_at_or_after(start + 1)
+                end = None if after is None else max(start + want, after.position) - 1
         else:
             found, bound, after = offsets.read_bounds(offset)
             start = found.position
@@ -907,8 +911,26 @@ class RemoteLogReader:
             expected = start
             if found.offset < offset:
                 expected = bound.position if bound is not None else None
-        buffer = _SegmentBuffer(self._rsm, metadata, start, end)
+        stream = _open_range(self._rsm, metadata, start, end)
+        data = b""
+        if expected == start:
+            # The usual case (always so for a consumer's next fetch): the request starts at the
+            # batch holding the offset, and its first ``want`` bytes are the answer.
+            try:
+                data = stream.read(want)
+                direct = self._direct_answer(data, entry, metadata, start, fetch_info)
+            except BaseException:
+                stream.close()
+                raise
+            if direct is not None:
+                stream.close()
+                return direct
+            expected = None  # tried: the general path below finds the answer, or the error
+        buffer = _SegmentBuffer(self._rsm, metadata, start, end, stream)
         try:
+            if data:
+                buffer.push(data, start)
+                del data
             at = start
             if expected is not None and start < expected <= start + _SCRATCH_MAX:
                 # The batches to skip, in one read, walked in memory.
@@ -939,8 +961,9 @@ class RemoteLogReader:
                 memoryview(buffer.data) as view,
                 view[begin : stop - buffer.base] as records,
             ):
-                returned = _checked(entry, bytes(records), at, metadata, self._verify_crc)
-                return _SegmentRead(header.base_offset, at, returned, False)
+                returned = bytes(records)
+            _check_batches(returned, at, metadata, self._verify_crc, entry)
+            return _SegmentRead(header.base_offset, at, returned, False)
         finally:
             buffer.close()
 
@@ -952,36 +975,52 @@ class RemoteLogReader:
         at: int,
         fetch_info: RemoteStorageFetchInfo,
     ) -> _SegmentRead | None:
-        """The answer when the index says the batch at ``at`` (the batches before it skipped)
-        holds the offset: ``max(max_bytes, header)`` bytes read from the stream in one piece,
-        returned as they are (no copy) when they start with a sound header of a batch holding
-        the offset, the first batch whole. Anything else (the index was wrong, a batch larger
-        than ``max_bytes``, the segment or the request ends, corruption) gives the bytes to the
-        buffer and None: the general path then finds the answer, or the error, from them.
+        """``_direct_answer`` of the buffer's next bytes (the batches before ``at`` skipped);
+        when there is none, the bytes go to the buffer for the general path."""
+        data = buffer.read_direct(max(fetch_info.max_bytes, RECORD_BATCH_OVERHEAD))
+        direct = self._direct_answer(data, entry, metadata, at, fetch_info)
+        if direct is None:
+            buffer.push(data, at)
+        return direct
+
+    def _direct_answer(
+        self,
+        data: bytes,
+        entry: RemoteIndexCacheEntry,
+        metadata: RemoteLogSegmentMetadata,
+        at: int,
+        fetch_info: RemoteStorageFetchInfo,
+    ) -> _SegmentRead | None:
+        """The answer when the index says the batch at ``at`` holds the offset and ``data``
+        are the ``max(max_bytes, header)`` bytes from there, read in one piece: returned as
+        they are (no copy) when they start with a sound header of a batch holding the offset,
+        the first batch whole. Anything else (the index was wrong, a batch larger than
+        ``max_bytes``, the segment or the request ends, corruption) is None: the general path
+        then finds the answer, or the error, from the same bytes.
         """
         max_bytes = fetch_info.max_bytes
         want = max(max_bytes, RECORD_BATCH_OVERHEAD)
-        data = buffer.read_direct(want)
-        if len(data) == want:
-            base_offset, length, magic, last_delta = _DIRECT_HEADER.unpack_from(data)
-            if (
-                length >= _MIN_BATCH_LENGTH
-                and magic == MAGIC_V2
-                and base_offset + last_delta >= fetch_info.fetch_offset
-            ):
-                size = LOG_OVERHEAD + length
-                if fetch_info.min_one_message:
-                    capacity = max(size, max_bytes)
-                elif size > max_bytes:
-                    return self._first_batch_too_large(metadata, base_offset, at, size, fetch_info)
-                else:
-                    capacity = max_bytes
-                if capacity <= want:
-                    records = data if capacity == want else data[:capacity]
-                    _checked(entry, records, at, metadata, self._verify_crc)
-                    return _SegmentRead(base_offset, at, records, False)
-        buffer.push(data, at)
-        return None
+        if len(data) != want:
+            return None
+        base_offset, length, magic, last_delta = _DIRECT_HEADER.unpack_from(data)
+        if (
+            length < _MIN_BATCH_LENGTH
+            or magic != MAGIC_V2
+            or base_offset + last_delta < fetch_info.fetch_offset
+        ):
+            return None
+        size = LOG_OVERHEAD + length
+        if fetch_info.min_one_message:
+            capacity = max(size, max_bytes)
+        elif size > max_bytes:
+            return self._first_batch_too_large(metadata, base_offset, at, size, fetch_info)
+        else:
+            capacity = max_bytes
+        if capacity > want:
+            return None
+        records = data if capacity == want else data[:capacity]
+        _check_batches(records, at, metadata, self._verify_crc, entry)
+        return _SegmentRead(base_offset, at, records, False)
 
     @staticmethod
     def _first_batch_too_large(
