@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import urllib.request
 from collections.abc import Iterator
 
@@ -408,3 +409,35 @@ def test_a_remote_read_records_what_the_separate_calls_record() -> None:
     assert got[(BTM + "remotefetcherrors_total", frozenset())] == 1
     with pytest.raises(ValueError, match="RemoteFetchBytesPerSec"):
         together.record_remote_read("orders", -1, 0.0, failed=False)
+
+
+def test_reads_recorded_from_many_threads_are_all_counted() -> None:
+    """Reads are queued and folded in batches, by recording threads and by scrapes running at
+    the same time: none may be lost or counted twice."""
+    metrics = RemoteStorageMetrics()
+    stop = threading.Event()
+
+    def record_many(topic: str) -> None:
+        for i in range(3000):
+            metrics.record_remote_read(topic, i % 7, 0.001, failed=i % 10 == 0)
+
+    def scrape() -> None:
+        while not stop.is_set():
+            metrics.expose()
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    threads = [threading.Thread(target=record_many, args=(f"t{i % 2}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    stop.set()
+    scraper.join(30)
+    got = series(metrics.expose())
+    per_thread_bytes = sum(i % 7 for i in range(3000))
+    assert value(got, BTM + "remotefetchrequests_total") == 18_000
+    assert value(got, BTM + "remotefetchrequests_total", topic="t0") == 9_000
+    assert value(got, BTM + "remotefetchbytes_total") == 6 * per_thread_bytes
+    assert value(got, BTM + "remotefetcherrors_total") == 6 * 300
+    assert value(got, RLM + "remotelogreaderfetchrateandtimems_count") == 18_000

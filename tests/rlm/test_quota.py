@@ -363,3 +363,15 @@ def test_fair_lock_misuse_is_refused() -> None:
     with pytest.raises(RuntimeError, match="reentrant"):
         lock.acquire()
     lock.release()
+
+
+def test_a_record_counts_at_the_time_it_was_made_not_when_it_is_measured() -> None:
+    """Records are queued and folded when the rate is measured: each must keep its own time.
+    Folded with the measuring time, an old record would still count."""
+    clock = ManualClock(1_700_000_000_000)
+    quota = RLMQuotaManager("RLMFetch", 50, 11, 1, clock=clock)
+    quota.record(500)
+    clock.advance(30_000)  # beyond the 11 windows of 1 s
+    quota.record(100)
+    assert quota.byte_rate() == 100.0  # only the recent 100 B, over the 1 s minimum window
+    assert quota.throttle_time_ms() == 1_000

@@ -273,6 +273,7 @@ class RemoteLogMetadataCache:
         self._tip = topic_id_partition
         self._lock = threading.Lock()
         self._initialized = threading.Event()
+        self.initialized = False  # is_initialized() without two calls, for the read path
         # Segment rows.
         self._start = array("q")
         self._end = array("q")
@@ -311,6 +312,7 @@ class RemoteLogMetadataCache:
     # Initialization -----------------------------------------------------------------------------
     def mark_initialized(self) -> None:
         """The partition's metadata has been replayed up to the end: reads may be served."""
+        self.initialized = True
         self._initialized.set()
 
     def is_initialized(self) -> bool:

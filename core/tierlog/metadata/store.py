@@ -139,7 +139,7 @@ class RemotePartitionMetadataStore:
         self, topic_id_partition: TopicIdPartition, epoch_for_offset: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
         cache = self._caches.get(topic_id_partition)  # _ready, inlined: every remote read asks
-        if cache is None or not cache.is_initialized():
+        if cache is None or not cache.initialized:
             cache = self._ready(topic_id_partition)
         return cache.remote_log_segment_metadata(
             epoch_for_offset, offset

@@ -99,6 +99,7 @@ import logging
 import math
 import threading
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -120,6 +121,9 @@ __all__ = [
     "RemoteStorageMetrics",
     "prometheus_name",
 ]
+
+_READS_FOLD_AT = 256
+"""Remote reads queued by ``record_remote_read`` before the recording thread folds them."""
 
 _LOG = logging.getLogger(__name__)
 
@@ -296,6 +300,7 @@ class RemoteStorageMetrics:
         self._bucket_bounds = bounds
         self._bucket_counts = [0] * (len(bounds) + 1)  # the last one is +Inf
         self._fetch_time_sum_ms = 0.0
+        self._reads: deque[tuple[str, int, float, bool]] = deque()  # see record_remote_read
         self._quotas: dict[str, RLMQuotaManager] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -336,27 +341,48 @@ class RemoteStorageMetrics:
     def record_remote_read(
         self, topic: str, num_bytes: int, seconds: float, *, failed: bool
     ) -> None:
-        """One remote read ended, everything the reader records at once (one lock hold on the
-        read path): a fetch request, the ``num_bytes`` it returned, an error if it ``failed``,
-        and its time in ``RemoteLogReaderFetchRateAndTimeMs``."""
+        """One remote read ended: a fetch request, the ``num_bytes`` it returned, an error if
+        it ``failed``, and its time in ``RemoteLogReaderFetchRateAndTimeMs``.
+
+        Queued, not applied: every remote read records here, so recording is one append (no
+        lock, a handful of objects touched); the queue is folded into the meters by every
+        scrape (``collect``) and whenever it holds ``_READS_FOLD_AT`` reads, so nothing is
+        lost and no scrape misses a read that ended before it.
+        """
         if num_bytes < 0:
             raise ValueError(f"RemoteFetchBytesPerSec cannot be marked with {num_bytes}")
-        millis = seconds * 1000.0
+        reads = self._reads
+        reads.append((topic, num_bytes, seconds, failed))
+        if len(reads) >= _READS_FOLD_AT:
+            with self._lock:
+                self._fold_reads_locked()
+
+    def _fold_reads_locked(self) -> None:
+        """Apply the queued remote reads (the caller holds the lock; ``popleft`` and ``append``
+        are atomic, so reads recorded meanwhile are folded now or by the next fold)."""
+        reads = self._reads
         meters = self._meters_topic
-        with self._lock:
+        totals = self._meters_all
+        requests = meters["RemoteFetchRequestsPerSec"]
+        fetched = meters["RemoteFetchBytesPerSec"]
+        errors = meters["RemoteFetchErrorsPerSec"]
+        bounds = self._bucket_bounds
+        counts = self._bucket_counts
+        while reads:
+            try:
+                topic, num_bytes, seconds, failed = reads.popleft()
+            except IndexError:  # another thread folded the last one
+                break
             self._topics.add(topic)
-            requests = meters["RemoteFetchRequestsPerSec"]
             requests[topic] = requests.get(topic, 0.0) + 1
-            fetched = meters["RemoteFetchBytesPerSec"]
             fetched[topic] = fetched.get(topic, 0.0) + num_bytes
-            totals = self._meters_all
             totals["RemoteFetchRequestsPerSec"] += 1
             totals["RemoteFetchBytesPerSec"] += num_bytes
             if failed:
-                errors = meters["RemoteFetchErrorsPerSec"]
                 errors[topic] = errors.get(topic, 0.0) + 1
                 totals["RemoteFetchErrorsPerSec"] += 1
-            self._bucket_counts[bisect_left(self._bucket_bounds, millis)] += 1
+            millis = seconds * 1000.0
+            counts[bisect_left(bounds, millis)] += 1
             self._fetch_time_sum_ms += millis
 
     def record_fetch_request(self, topic: str) -> None:
@@ -510,6 +536,7 @@ class RemoteStorageMetrics:
         """Forget a topic entirely (``BrokerTopicStats.removeMetrics`` when the node holds no
         partition of it any more). All-topics counters keep what the topic contributed."""
         with self._lock:
+            self._fold_reads_locked()  # the topic's reads count in the all-topics meters
             self._topics.discard(topic)
             for per_topic in self._meters_topic.values():
                 per_topic.pop(topic, None)
@@ -547,6 +574,7 @@ class RemoteStorageMetrics:
         own locks without risking a deadlock with a thread that records.
         """
         with self._lock:
+            self._fold_reads_locked()
             meters_all = dict(self._meters_all)
             meters_topic = {name: dict(v) for name, v in self._meters_topic.items()}
             topics = set(self._topics)

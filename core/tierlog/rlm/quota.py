@@ -68,6 +68,8 @@ _LONG_MIN = -(2**63)
 # the throttle-time sensors of RLMQuotaMetrics inherit.
 _DEFAULT_METRIC_SAMPLES = 2
 _DEFAULT_METRIC_WINDOW_MS = 30_000
+_PENDING_FOLD_AT = 256
+"""Recorded byte counts ``RLMQuotaManager`` queues before the recording thread folds them."""
 
 _THROTTLE_SENSOR_NAMES: dict[str, str] = {
     "RLMCopy": "remote-copy-throttle-time",
@@ -316,6 +318,7 @@ class RLMQuotaManager:
         self._lock = threading.Lock()
         self._bound = bytes_per_second
         self._rate = _SimpleRate(window_num, window_size_seconds * 1000)
+        self._pending: deque[tuple[int, float]] = deque()  # see record
         self.throttle_stats = ThrottleTimeStats(_THROTTLE_SENSOR_NAMES[quota_type], clock=clock)
 
     @property
@@ -331,13 +334,32 @@ class RLMQuotaManager:
             self._bound = bytes_per_second
 
     def record(self, num_bytes: float) -> None:
-        """Count ``num_bytes`` against the quota now (never checks the quota itself)."""
-        with self._lock:
-            self._rate.record(float(num_bytes), self._clock())
+        """Count ``num_bytes`` against the quota now (never checks the quota itself).
+
+        Queued with the time, not applied: every remote read records here, so recording is one
+        append; whatever measures the rate (``byte_rate``, ``throttle_time_ms``) folds the
+        queue first, and so does the recording thread once it holds ``_PENDING_FOLD_AT``.
+        """
+        pending = self._pending
+        pending.append((self._clock(), float(num_bytes)))
+        if len(pending) >= _PENDING_FOLD_AT:
+            with self._lock:
+                self._fold_locked()
+
+    def _fold_locked(self) -> None:
+        pending = self._pending
+        record = self._rate.record
+        while pending:
+            try:
+                time_ms, value = pending.popleft()
+            except IndexError:  # another thread folded the last one
+                break
+            record(value, time_ms)
 
     def byte_rate(self) -> float:
         """The measured rate in bytes/s (Kafka's ``byte-rate`` metric of group ``RLMCopy``...)."""
         with self._lock:
+            self._fold_locked()
             return self._rate.measure(self._clock())
 
     def throttle_time_ms(self) -> int:
@@ -350,6 +372,7 @@ class RLMQuotaManager:
             bound = self._bound
             if bound >= LONG_MAX:
                 return 0
+            self._fold_locked()
             now = self._clock()
             value = self._rate.measure(now)
             if value <= bound:
