@@ -43,10 +43,21 @@ class TopicIdPartition:
     topic_id: Uuid
     topic: str
     partition: int
+    # The hash, kept: partitions key the maps every remote read looks up (a generated hash
+    # would hash a new tuple, and the Uuid in it, each time).
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.partition < 0:
             raise InvalidArgumentError(f"partition must be >= 0, got {self.partition}")
+        object.__setattr__(self, "_hash", hash((self.topic_id, self.topic, self.partition)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[TopicIdPartition], tuple[Uuid, str, int]]:
+        # Rebuilt through __init__: a str hash differs between processes.
+        return (TopicIdPartition, (self.topic_id, self.topic, self.partition))
 
     @property
     def topic_partition(self) -> TopicPartition:

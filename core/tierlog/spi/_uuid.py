@@ -26,8 +26,9 @@ def _signed64(value: int) -> int:
 class Uuid:
     """An immutable 128-bit identifier with Kafka's string form and (msb, lsb) accessors."""
 
-    __slots__ = ("_text", "_value")
+    __slots__ = ("_hash", "_text", "_value")
     _value: int
+    _hash: int  # hash(_value), kept: ids key the caches every remote read goes through
     _text: str | None  # str(self), built on first use: ids are formatted on every remote read
 
     def __init__(self, most_significant_bits: int, least_significant_bits: int) -> None:
@@ -36,6 +37,7 @@ class Uuid:
             "_value",
             ((most_significant_bits & _MASK64) << 64) | (least_significant_bits & _MASK64),
         )
+        object.__setattr__(self, "_hash", hash(self._value))
         object.__setattr__(self, "_text", None)
 
     # Construction -------------------------------------------------------------------------------
@@ -119,7 +121,7 @@ class Uuid:
         return self._value < other._value
 
     def __hash__(self) -> builtins.int:
-        return hash(self._value)
+        return self._hash
 
     def __str__(self) -> str:
         text = self._text
