@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,3 +195,25 @@ def test_log_segment_data_checks_its_fields(tmp_path: Path) -> None:
         LogSegmentData(p, p, p, None, p, p)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="offset_index must be a Path"):
         LogSegmentData(p, "x", p, None, p, b"")  # type: ignore[arg-type]
+
+
+def test_topic_id_partition_keeps_its_hash_and_pickles_across_hash_seeds() -> None:
+    """The hash is computed once; a pickle must not carry it into a process whose str hashes
+    differ (the partition would then never be found in a dict there)."""
+    tip = TopicIdPartition(Uuid(7, 9), "orders", 3)
+    same = TopicIdPartition(Uuid(7, 9), "orders", 3)
+    assert hash(tip) == hash(same) == hash((tip.topic_id, "orders", 3))
+    assert {tip: 1}[same] == 1 and tip != TopicIdPartition(Uuid(7, 9), "orders", 4)
+    assert "_hash" not in repr(tip)
+    script = (
+        "import pickle, sys\n"
+        "from tierlog.spi import TopicIdPartition, Uuid\n"
+        "tip = pickle.loads(sys.stdin.buffer.read())\n"
+        "print({TopicIdPartition(Uuid(7, 9), 'orders', 3): 'found'}.get(tip, 'lost'))\n"
+    )
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", script], input=pickle.dumps(tip), capture_output=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""}, check=True,
+        )
+        assert done.stdout.decode().strip() == "found"
