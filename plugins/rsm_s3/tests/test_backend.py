@@ -347,6 +347,13 @@ def test_a_part_stream_frames_like_the_bytes_it_wraps() -> None:
     assert stream.read(3) == data[5:8]
     assert stream.seek(0, io.SEEK_END) == len(data)
     assert stream.read() == b""
+    stream.seek(len(data) - 4)
+    into = bytearray(10)
+    assert stream.readinto(into) == 4 and into[:4] == data[-4:]
+    assert stream.readinto(into) == 0
+    stream.seek(1)
+    buffered = io.BufferedReader(stream, buffer_size=1000)  # readinto under a buffered reader
+    assert buffered.read() == data[1:]
 
 
 def test_storage_class_is_validated_and_applied(

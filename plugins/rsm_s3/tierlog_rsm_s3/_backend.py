@@ -236,10 +236,13 @@ class _PartStream(io.RawIOBase):
         return self.read(-1)
 
     def readinto(self, buffer: Any) -> int:
+        """Straight from the part buffer into ``buffer``: no intermediate ``bytes``."""
         view = memoryview(buffer).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
+        start = min(self._position, len(self._view))
+        end = min(len(self._view), start + len(view))
+        view[: end - start] = self._view[start:end]
+        self._position = max(self._position, end)
+        return end - start
 
 
 # The backend --------------------------------------------------------------------------------
