@@ -27,7 +27,6 @@ Writes ``bench/results/log_append.json`` and, if matplotlib is importable,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -38,13 +37,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _report import RESULTS, pyplot, write_results  # shared by every benchmark
 from log_format import MIB, make_batches  # the same generated records as the format bench
 
 from tierlog.log.compression import CompressionType
 from tierlog.log.crc import HARDWARE_ACCELERATED
 from tierlog.log.local_log import LocalLog
 
-RESULTS = Path(__file__).resolve().parent / "results"
 NOW_MS = 1_700_000_100_000  # just after the generated records' timestamps
 
 
@@ -129,12 +128,8 @@ def log_append(
 
 
 def chart(results: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     names = [
         "raw write",
@@ -259,11 +254,7 @@ def main() -> None:
         f"{flushed['time_index_entries']:,} time; close {flushed['close_seconds'] * 1000:,.0f} ms, "
         f"reopen after clean close {flushed['reopen_seconds'] * 1000:,.0f} ms"
     )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "log_append.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS / 'log_append.json'}")
-    if chart(results, RESULTS / "log_append.png"):
-        print(f"wrote {RESULTS / 'log_append.png'}")
+    write_results(RESULTS, "log_append", results, chart)
 
 
 if __name__ == "__main__":

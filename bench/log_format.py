@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import random
@@ -46,6 +45,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from _report import RESULTS, pyplot, write_results  # shared by every benchmark
 
 from tierlog.log import batch as batch_module
 from tierlog.log import record as record_module
@@ -58,7 +59,6 @@ from tierlog.log.record import Record
 MIB = 1 << 20
 GOAL_SHALLOW_RATIO = 0.5
 GOAL_DEEP_RATIO = 3.0
-RESULTS = Path(__file__).resolve().parent / "results"
 EVENTS = ["click", "view", "purchase", "signup", "logout", "search", "share", "comment"]
 COUNTRIES = ["fr", "de", "us", "jp", "br", "in", "ng", "au", "ca", "kr"]
 
@@ -266,12 +266,8 @@ def deep_compare(
 
 
 def chart(results: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     s = results["shallow"]
@@ -446,11 +442,7 @@ def main() -> None:
         f"{results['append']['mb_per_s']:,.0f} MB/s"
     )
 
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "log_format.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS / 'log_format.json'}")
-    if chart(results, RESULTS / "log_format.png"):
-        print(f"wrote {RESULTS / 'log_format.png'}")
+    write_results(RESULTS, "log_format", results, chart)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import gc
-import json
 import os
 import platform
 import random
@@ -42,6 +41,8 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _report import RESULTS, pyplot, write_results  # shared by every benchmark
 
 from tierlog.metadata.cache import RemoteLogMetadataCache
 from tierlog.spi import (
@@ -61,7 +62,6 @@ RECORDS_PER_SEGMENT = 250_000
 GIB = 1 << 30
 DELETE_EVERY = 100
 MASK64 = (1 << 64) - 1
-RESULTS = Path(__file__).resolve().parent / "results"
 
 S = RemoteLogSegmentState
 
@@ -339,22 +339,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in results["id_map_bytes_per_entry"].items():
             print(f"id map {name}: {value:.1f} bytes/entry")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "metadata_cache.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out / 'metadata_cache.json'}")
-    chart(results, args.out / "metadata_cache.png")
+    write_results(args.out, "metadata_cache", results, chart)
     return 0
 
 
-def chart(results: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: chart skipped")
-        return
+def chart(results: dict[str, Any], path: Path) -> bool:
+    plt = pyplot()
+    if plt is None:
+        return False
     b = results["bytes_per_segment"]
     lk = results["lookup_us"]
     rs = results["remote_log_size"]
@@ -374,7 +366,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
     axes[2].set_title("remote_log_size over the lineage (us, log)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    plt.close(fig)
+    return True
 
 
 if __name__ == "__main__":

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import os
 import platform
 import pstats
@@ -56,6 +55,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from _report import RESULTS, pyplot, verdict, write_results  # shared by every benchmark
 from _segments import build_log, copy_metadata  # built as bench/rsm.py builds them
 from log_format import MIB, make_batches  # the same generated records as the format bench
 
@@ -79,7 +79,6 @@ from tierlog.storage.local import LocalTieredStorage
 GOAL_COPY_RATIO = 0.9
 GOAL_READ_RATIO = 0.8
 GOAL_REQUESTS_PER_FETCH = 1.0
-RESULTS = Path(__file__).resolve().parent / "results"
 TOPIC_ID = Uuid.from_string("tierlogRLMbenchTopicIA")
 BATCH_HEADER = 61  # RECORD_BATCH_OVERHEAD: a v2 batch header
 
@@ -330,19 +329,10 @@ def profile_report(profile: cProfile.Profile, title: str, limit: int) -> str:
 
 
 # Output -------------------------------------------------------------------------------------------
-def verdict(value: float, goal: float, *, at_most: bool = False) -> str:
-    ok = value <= goal if at_most else value >= goal
-    return "OK" if ok else "MISSED"
-
 
 def chart(results: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: chart skipped")
+    plt = pyplot()
+    if plt is None:
         return False
     c, r, q = results["copy"], results["read"], results["requests"]
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 4.5))
@@ -652,11 +642,7 @@ def main() -> None:
     for report in profiles:
         print()
         print(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rlm.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out / 'rlm.json'}")
-    if chart(results, args.out / "rlm.png"):
-        print(f"wrote {args.out / 'rlm.png'}")
+    write_results(args.out, "rlm", results, chart)
 
 
 if __name__ == "__main__":

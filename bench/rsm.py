@@ -54,7 +54,6 @@ import contextlib
 import dataclasses
 import gc
 import io
-import json
 import os
 import platform
 import random
@@ -68,6 +67,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+from _report import RESULTS, pyplot, verdict, write_results  # shared by every benchmark
 from _segments import build_log, copy_metadata  # built as bench/rlm.py builds them
 from log_format import MIB, make_batches  # the same generated records as the format bench
 
@@ -95,7 +95,6 @@ MEMORY_ALLOWANCE = 1 * MIB
 """Python memory of an upload that is not part buffers (the SDK's request objects and
 connection buffers, futures, the RSM's own objects): a fixed amount, well below one part, so
 that one part buffer too many cannot hide in it."""
-RESULTS = Path(__file__).resolve().parent / "results"
 TOPIC_ID = Uuid.from_string("tierlogRSMbenchTopicIA")
 BUCKET = "tierlog-bench"
 GCS_CHUNK = 64 * MIB
@@ -599,19 +598,10 @@ def run_backend(
 
 
 # Output -------------------------------------------------------------------------------------------
-def verdict(value: float, goal: float, *, at_most: bool = False) -> str:
-    ok = value <= goal if at_most else value >= goal
-    return "OK" if ok else "MISSED"
-
 
 def chart(results: dict[str, Any], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: chart skipped")
+    plt = pyplot()
+    if plt is None:
         return False
     names = list(results["backends"])
     if not names:
@@ -843,11 +833,7 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     results["total_seconds"] = time.perf_counter() - started
     print_table(results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rsm.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out / 'rsm.json'}")
-    if chart(results, args.out / "rsm.png"):
-        print(f"wrote {args.out / 'rsm.png'}")
+    write_results(args.out, "rsm", results, chart)
 
 
 if __name__ == "__main__":
