@@ -8,6 +8,8 @@ The C function is imported from the extension directly, so these run whichever w
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -124,3 +126,23 @@ def test_agree_on_mutated_batches(data: bytes) -> None:
 @settings(max_examples=300, deadline=None)
 def test_agree_on_random_bytes(data: bytes) -> None:
     both(data)
+
+
+def test_an_accelerator_built_from_older_sources_leaves_the_pure_walk() -> None:
+    """An installed ``_speedups`` from before ``walk_batch_headers`` existed (a stale build)
+    must not break ``import tierlog.log.batch``: the pure walk is used instead."""
+    script = (
+        "import types, tierlog.log._accel as accel\n"
+        "old = types.ModuleType('tierlog.log._speedups')\n"
+        "old.decode_block = accel.SPEEDUPS_MODULE.decode_block\n"
+        "old.configure = accel.SPEEDUPS_MODULE.configure\n"
+        "accel.SPEEDUPS_MODULE = old\n"
+        "from tierlog.log import batch\n"
+        "assert batch.walk_batch_headers is batch.walk_batch_headers_pure\n"
+        "print('pure')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "pure"

@@ -365,9 +365,10 @@ def walk_batch_headers_pure(
 WalkBatchHeaders: TypeAlias = Callable[[BytesLike, int, int], tuple[int, int, int]]
 
 walk_batch_headers: Final[WalkBatchHeaders] = (
-    walk_batch_headers_pure if SPEEDUPS_MODULE is None else SPEEDUPS_MODULE.walk_batch_headers
+    getattr(SPEEDUPS_MODULE, "walk_batch_headers", None) or walk_batch_headers_pure
 )
-"""``walk_batch_headers_pure``, from the C accelerator when it is built (same results)."""
+"""``walk_batch_headers_pure``, from the C accelerator when it is built (same results); an
+accelerator built from older sources, without it, leaves the pure walk in place."""
 
 
 def compute_crc(buf: BytesLike, position: int = 0, size: int | None = None) -> int:

@@ -123,10 +123,10 @@ DEFAULT_CLEANER_DELAY_MS: Final = 10_000
 _INDEX_SUFFIXES: Final = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
 _COPY_CHUNK: Final = 1 << 20
 _MAX_CLEANER_WAIT_S: Final = 1.0
+"""The cleaner re-reads the clock at least this often (an injected clock does not wake it)."""
 _NEXT_BATCHES_MAX: Final = 256
 """Batch starts an entry remembers (``remember_batch_start``): one per consumer reading the
 segment at once is what is used; a few KiB at most."""
-"""The cleaner re-reads the clock at least this often (an injected clock does not wake it)."""
 
 _T = TypeVar("_T")
 

@@ -815,7 +815,10 @@ class RemoteLogManager:
 
         Readiness is asked only when a read fails: a segment found in a not-yet-ready RLMM is
         still the right data (segments are immutable), only a miss can be an artefact of
-        unfinished replay, and a warm read then skips a lock round trip in the RLMM.
+        unfinished replay, and a warm read then skips a lock round trip in the RLMM. The
+        embedded RLMM waits up to 100 ms for a partition still replaying before it says so,
+        as Kafka's store does; ``async_read`` asks first, so the reader pool's threads never
+        wait on a partition that is not ready.
         """
         try:
             return self.reader.read(fetch_info)

@@ -358,8 +358,8 @@ class RemoteStorageMetrics:
                 self._fold_reads_locked()
 
     def _fold_reads_locked(self) -> None:
-        """Apply the queued remote reads (the caller holds the lock; ``popleft`` and ``append``
-        are atomic, so reads recorded meanwhile are folded now or by the next fold)."""
+        """Apply the queued remote reads (the caller holds the lock; ``append`` is atomic, so a
+        read recorded meanwhile is folded now or by the next fold)."""
         reads = self._reads
         meters = self._meters_topic
         totals = self._meters_all
@@ -368,11 +368,8 @@ class RemoteStorageMetrics:
         errors = meters["RemoteFetchErrorsPerSec"]
         bounds = self._bucket_bounds
         counts = self._bucket_counts
-        while reads:
-            try:
-                topic, num_bytes, seconds, failed = reads.popleft()
-            except IndexError:  # another thread folded the last one
-                break
+        while reads:  # every fold holds the lock: nothing else pops
+            topic, num_bytes, seconds, failed = reads.popleft()
             self._topics.add(topic)
             requests[topic] = requests.get(topic, 0.0) + 1
             fetched[topic] = fetched.get(topic, 0.0) + num_bytes

@@ -352,11 +352,8 @@ class RLMQuotaManager:
     def _fold_locked(self) -> None:
         pending = self._pending
         record = self._rate.record
-        while pending:
-            try:
-                time_ms, value = pending.popleft()
-            except IndexError:  # another thread folded the last one
-                break
+        while pending:  # every fold holds the lock: nothing else pops
+            time_ms, value = pending.popleft()
             record(value, time_ms)
 
     def byte_rate(self) -> float:
