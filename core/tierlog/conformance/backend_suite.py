@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, BinaryIO, ClassVar, Final, cast, get_args
 import pytest
 
 from tierlog.conformance._base import Capability, SuiteBase, Unsupported, require
-from tierlog.conformance.rsm_suite import LEGAL_TOPIC_NAMES, _measure_peak, read_stream
+from tierlog.conformance.rsm_suite import LEGAL_TOPIC_NAMES, MiB, _measure_peak, read_stream
 from tierlog.spi import (
     RemoteResourceNotFoundException,
     RemoteStorageException,
@@ -85,7 +85,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MiB: Final = 1 << 20
 _NOT_FOUND = RemoteResourceNotFoundException
 _OPERATIONS: Final = frozenset(get_args(Operation))
 _OUTCOMES: Final = frozenset(get_args(Outcome))
