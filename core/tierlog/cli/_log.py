@@ -931,6 +931,19 @@ class _Found:
     log_timestamp: int | None = None
 
 
+def _below_base(offset: int, base: int) -> list[_Found]:
+    """The first check of an offset or time index entry: its offset is not below the base."""
+    if offset >= base:
+        return []
+    return [
+        _Found(
+            Check.BELOW_BASE_OFFSET,
+            f"offset {offset} is below the base offset {base}",
+            f"  Index offset: {offset}, base offset: {base}",
+        )
+    ]
+
+
 def _offset_entry_checks(
     entry: OffsetPosition,
     prev: OffsetPosition | None,
@@ -942,15 +955,7 @@ def _offset_entry_checks(
 ) -> list[_Found]:
     """What is wrong with one offset index entry, given the previous one and the segment."""
     offset, position = entry
-    found: list[_Found] = []
-    if offset < base:
-        found.append(
-            _Found(
-                Check.BELOW_BASE_OFFSET,
-                f"offset {offset} is below the base offset {base}",
-                f"  Index offset: {offset}, base offset: {base}",
-            )
-        )
+    found = _below_base(offset, base)
     if prev is not None and offset <= prev.offset:
         found.append(
             _Found(
@@ -1110,15 +1115,7 @@ def _time_entry_checks(
     index never holds an entry at or below it.
     """
     timestamp, offset = entry
-    found: list[_Found] = []
-    if offset < base:
-        found.append(
-            _Found(
-                Check.BELOW_BASE_OFFSET,
-                f"offset {offset} is below the base offset {base}",
-                f"  Index offset: {offset}, base offset: {base}",
-            )
-        )
+    found = _below_base(offset, base)
     if prev is not None and offset < prev.offset:
         found.append(
             _Found(
