@@ -81,8 +81,12 @@ def rss_bytes() -> int:
 
 def progress(label: str, done: int, total: int, started: float) -> None:
     rate = done / max(time.perf_counter() - started, 1e-9)
-    print(f"\r  {label}: {done:>10,}/{total:,} ({100 * done // total:3d}%) {rate:,.0f}/s",
-          end="", file=sys.stderr, flush=True)
+    print(
+        f"\r  {label}: {done:>10,}/{total:,} ({100 * done // total:3d}%) {rate:,.0f}/s",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 class Workload:
@@ -126,22 +130,43 @@ class Workload:
             segment_id = self.segment_id(i)
             custom = CustomMetadata(rnd.randbytes(16)) if rnd.random() < 0.01 else None
             size = GIB + rnd.randrange(-GIB // 10, GIB // 10)
-            cache.add_copy_in_progress_segment(RemoteLogSegmentMetadata(
-                segment_id, start, end, 1_700_000_000_000 + i, 1, 1_700_000_000_000 + i, size,
-                epochs, None, S.COPY_SEGMENT_STARTED, rnd.random() < 0.9))
+            cache.add_copy_in_progress_segment(
+                RemoteLogSegmentMetadata(
+                    segment_id,
+                    start,
+                    end,
+                    1_700_000_000_000 + i,
+                    1,
+                    1_700_000_000_000 + i,
+                    size,
+                    epochs,
+                    None,
+                    S.COPY_SEGMENT_STARTED,
+                    rnd.random() < 0.9,
+                )
+            )
             if i < self.total - in_flight:
-                cache.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                    segment_id, 1_700_000_000_000 + i, custom, S.COPY_SEGMENT_FINISHED, 1))
+                cache.update_remote_log_segment_metadata(
+                    RemoteLogSegmentMetadataUpdate(
+                        segment_id, 1_700_000_000_000 + i, custom, S.COPY_SEGMENT_FINISHED, 1
+                    )
+                )
             if i % DELETE_EVERY == DELETE_EVERY - 1 and oldest < self.deleted:
                 for state in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
-                    cache.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                        self.segment_id(oldest), 1_700_000_000_000 + i, None, state, 1))
+                    cache.update_remote_log_segment_metadata(
+                        RemoteLogSegmentMetadataUpdate(
+                            self.segment_id(oldest), 1_700_000_000_000 + i, None, state, 1
+                        )
+                    )
                 oldest += 1
             if i % step == 0:
                 progress(label, i, self.total, started)
         for n in range(oldest, oldest + deleting):
-            cache.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-                self.segment_id(n), 1_800_000_000_000, None, S.DELETE_SEGMENT_STARTED, 1))
+            cache.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(
+                    self.segment_id(n), 1_800_000_000_000, None, S.DELETE_SEGMENT_STARTED, 1
+                )
+            )
         progress(label, self.total, self.total, started)
         print(file=sys.stderr)
         self.lineage = lineage
@@ -192,20 +217,34 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--segments", type=int, default=1_000_000, help="live segments")
     parser.add_argument("--lookups", type=int, default=100_000)
-    parser.add_argument("--epoch-change-every", type=int, default=500,
-                        help="on average one segment in this many holds an election")
+    parser.add_argument(
+        "--epoch-change-every",
+        type=int,
+        default=500,
+        help="on average one segment in this many holds an election",
+    )
     parser.add_argument("--seed", type=int, default=405)
-    parser.add_argument("--traced-segments", type=int, default=None,
-                        help="live segments of the traced fill (default min(N, 200000); 0 skips)")
-    parser.add_argument("--compare-id-maps", action="store_true",
-                        help="also measure the alternatives for the id -> row map")
+    parser.add_argument(
+        "--traced-segments",
+        type=int,
+        default=None,
+        help="live segments of the traced fill (default min(N, 200000); 0 skips)",
+    )
+    parser.add_argument(
+        "--compare-id-maps",
+        action="store_true",
+        help="also measure the alternatives for the id -> row map",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
     work = Workload(args.segments, args.epoch_change_every, args.seed)
-    print(f"tierlog RemoteLogMetadataCache bench: {work.live:,} live segments "
-          f"({work.total:,} added, {work.deleted:,} deleted by retention), Python "
-          f"{platform.python_version()}", file=sys.stderr)
+    print(
+        f"tierlog RemoteLogMetadataCache bench: {work.live:,} live segments "
+        f"({work.total:,} added, {work.deleted:,} deleted by retention), Python "
+        f"{platform.python_version()}",
+        file=sys.stderr,
+    )
 
     # 1. Untraced fill: time and RSS growth.
     gc.collect()
@@ -252,8 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     size_s, size_value = timed(lambda: cache.remote_log_size(largest), 1000)
     scan_s, scan_value = timed(lambda: scan(largest), 3)
     assert size_value == scan_value, (size_value, scan_value)
-    lineage_size_s, lineage_value = timed(
-        lambda: sum(cache.remote_log_size(e) for e in epochs), 5)
+    lineage_size_s, lineage_value = timed(lambda: sum(cache.remote_log_size(e) for e in epochs), 5)
     print("  lineage scan (every epoch, once) ...", file=sys.stderr)
     lineage_scan_s, lineage_scan_value = timed(lambda: sum(scan(e) for e in epochs), 1)
     assert lineage_value == lineage_scan_value, (lineage_value, lineage_scan_value)
@@ -324,17 +362,25 @@ def main(argv: list[str] | None = None) -> int:
         if value is None:
             print(f"bytes/segment ({label}): skipped")
             continue
-        print(f"bytes/segment ({label}): {value:7.1f}   "
-              f"{value / GOAL_BYTES:.2f}x goal {GOAL_BYTES}, "
-              f"{value / KAFKA_BYTES:.2f}x Kafka ~{KAFKA_BYTES}")
-    print(f"remote_log_segment_metadata: p50 {lk['p50']:.1f} us, p99 {lk['p99']:.1f} us "
-          f"(goal {GOAL_P99_US:.0f}), p99.9 {lk['p999']:.1f} us")
-    print(f"remote_log_size(epoch {largest}, {largest_segments:,} segments): "
-          f"{rs['running_sum_us']:.2f} us vs KIP-852 scan {rs['kip852_scan_us']:,.0f} us "
-          f"({rs['scan_over_running_sum']:,.0f}x)")
-    print(f"remote_log_size over the lineage ({len(epochs):,} epochs): "
-          f"{rs['lineage_running_sum_us']:,.0f} us vs scan {rs['lineage_kip852_scan_us']:,.0f} us "
-          f"({rs['lineage_scan_over_running_sum']:,.0f}x)")
+        print(
+            f"bytes/segment ({label}): {value:7.1f}   "
+            f"{value / GOAL_BYTES:.2f}x goal {GOAL_BYTES}, "
+            f"{value / KAFKA_BYTES:.2f}x Kafka ~{KAFKA_BYTES}"
+        )
+    print(
+        f"remote_log_segment_metadata: p50 {lk['p50']:.1f} us, p99 {lk['p99']:.1f} us "
+        f"(goal {GOAL_P99_US:.0f}), p99.9 {lk['p999']:.1f} us"
+    )
+    print(
+        f"remote_log_size(epoch {largest}, {largest_segments:,} segments): "
+        f"{rs['running_sum_us']:.2f} us vs KIP-852 scan {rs['kip852_scan_us']:,.0f} us "
+        f"({rs['scan_over_running_sum']:,.0f}x)"
+    )
+    print(
+        f"remote_log_size over the lineage ({len(epochs):,} epochs): "
+        f"{rs['lineage_running_sum_us']:,.0f} us vs scan {rs['lineage_kip852_scan_us']:,.0f} us "
+        f"({rs['lineage_scan_over_running_sum']:,.0f}x)"
+    )
     if "id_map_bytes_per_entry" in results:
         for name, value in results["id_map_bytes_per_entry"].items():
             print(f"id map {name}: {value:.1f} bytes/entry")
@@ -360,8 +406,10 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     axes[1].axhline(lk["goal_p99"], color="C2", linestyle="--", label="p99 goal")
     axes[1].set_title("remote_log_segment_metadata (us)")
     axes[1].legend()
-    axes[2].bar(["running sum", "KIP-852 scan"],
-                [rs["lineage_running_sum_us"], rs["lineage_kip852_scan_us"]])
+    axes[2].bar(
+        ["running sum", "KIP-852 scan"],
+        [rs["lineage_running_sum_us"], rs["lineage_kip852_scan_us"]],
+    )
     axes[2].set_yscale("log")
     axes[2].set_title("remote_log_size over the lineage (us, log)")
     fig.tight_layout()

@@ -330,6 +330,7 @@ def profile_report(profile: cProfile.Profile, title: str, limit: int) -> str:
 
 # Output -------------------------------------------------------------------------------------------
 
+
 def chart(results: dict[str, Any], path: Path) -> bool:
     plt = pyplot()
     if plt is None:

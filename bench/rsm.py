@@ -599,6 +599,7 @@ def run_backend(
 
 # Output -------------------------------------------------------------------------------------------
 
+
 def chart(results: dict[str, Any], path: Path) -> bool:
     plt = pyplot()
     if plt is None:

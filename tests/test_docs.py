@@ -13,7 +13,8 @@ from tierlog.spi import hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = sorted(
-    name for name, obj in vars(hookspecs).items()
+    name
+    for name, obj in vars(hookspecs).items()
     if name.startswith("tierlog_") and inspect.isfunction(obj)
 )
 
@@ -35,8 +36,9 @@ def test_every_hook_is_in_the_plugin_guide(hook: str) -> None:
 
 @pytest.mark.parametrize("hook", HOOKS)
 def test_every_hook_is_exercised_by_a_test(hook: str) -> None:
-    sources = [p.read_text() for p in (ROOT / "tests").rglob("test_*.py")
-               if p.name != "test_docs.py"]
+    sources = [
+        p.read_text() for p in (ROOT / "tests").rglob("test_*.py") if p.name != "test_docs.py"
+    ]
     assert any(hook in s for s in sources)
 
 

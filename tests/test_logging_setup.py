@@ -38,9 +38,16 @@ def test_json_lines_carry_the_extra_fields() -> None:
     configure_logging("info", "json", stream)
     log = logging.getLogger("tierlog.rlm.manager")
     log.info(
-        "Copied segment %s of %s", "abc", "orders-0",
-        extra={"topic": "orders", "partition": 0, "segment_id": "abc", "offset": 1234,
-               "path": Path("/data/x")},
+        "Copied segment %s of %s",
+        "abc",
+        "orders-0",
+        extra={
+            "topic": "orders",
+            "partition": 0,
+            "segment_id": "abc",
+            "offset": 1234,
+            "path": Path("/data/x"),
+        },
     )
     log.debug("not shown at INFO")
     (entry,) = json_lines(stream)
@@ -96,8 +103,9 @@ def test_text_is_one_readable_line_with_key_values() -> None:
     timestamp, level, rest = line.split(" ", 2)
     assert TS.match(timestamp)
     assert level == "INFO"
-    assert rest.endswith('tierlog.rlm: Deleting remote segment topic=orders partition=2 '
-                         'reason="retention ms"')
+    assert rest.endswith(
+        'tierlog.rlm: Deleting remote segment topic=orders partition=2 reason="retention ms"'
+    )
 
 
 def test_text_puts_the_traceback_below_the_line() -> None:

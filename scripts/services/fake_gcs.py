@@ -79,13 +79,20 @@ def start_fake_gcs(
     root.mkdir(parents=True, exist_ok=True)
     argv = [
         str(binary_path()),
-        "-scheme", "http",
-        "-host", "127.0.0.1",
-        "-port", str(port),
-        "-external-url", url,
-        "-backend", backend,
-        "-filesystem-root", str(root),
-        "-log-level", "warn",
+        "-scheme",
+        "http",
+        "-host",
+        "127.0.0.1",
+        "-port",
+        str(port),
+        "-external-url",
+        url,
+        "-backend",
+        backend,
+        "-filesystem-root",
+        str(root),
+        "-log-level",
+        "warn",
     ]
     service = start_process(
         "fake-gcs-server",

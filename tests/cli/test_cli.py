@@ -12,10 +12,26 @@ import pytest
 from tierlog.cli import main
 
 WORKED_EXAMPLE = (
-    "010000" "04666f6f" "069f530ddb894466bd439ae5bc224ec6" "00000000" "00"
-    "0102030405060708090a0b0c0d0e0f10" "00"
-    "0000000000000000" "0000000000000063" "00000001" "0000018bcfe56800" "0000018bcfe56be8"
-    "02" "00000000" "0000000000000000" "00" "00000400" "03cafe" "00" "01000101"
+    "010000"
+    "04666f6f"
+    "069f530ddb894466bd439ae5bc224ec6"
+    "00000000"
+    "00"
+    "0102030405060708090a0b0c0d0e0f10"
+    "00"
+    "0000000000000000"
+    "0000000000000063"
+    "00000001"
+    "0000018bcfe56800"
+    "0000018bcfe56be8"
+    "02"
+    "00000000"
+    "0000000000000000"
+    "00"
+    "00000400"
+    "03cafe"
+    "00"
+    "01000101"
 )
 
 
@@ -37,7 +53,8 @@ def test_plugins_lists_builtins_as_json(capsys: pytest.CaptureFixture[str]) -> N
     assert local["class"] == "tierlog.storage.local:LocalTieredStorage"
     assert local["distribution"] == "tierlog" and local["error"] is None
     assert rows[("rlmm", "embedded")]["class"] == (
-        "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager")
+        "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager"
+    )
     assert set(local) == {"name", "kind", "class", "version", "distribution", "plugin", "error"}
 
 
@@ -51,8 +68,9 @@ def test_decode_then_encode_round_trips(capsys: pytest.CaptureFixture[str]) -> N
     assert out.strip() == WORKED_EXAMPLE
 
 
-def test_decode_and_encode_read_stdin(capsys: pytest.CaptureFixture[str],
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decode_and_encode_read_stdin(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import io
 
     monkeypatch.setattr(sys, "stdin", io.StringIO(WORKED_EXAMPLE + "\n"))
@@ -64,8 +82,18 @@ def test_decode_and_encode_read_stdin(capsys: pytest.CaptureFixture[str],
 
 
 def test_decode_kafka_format(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, "metadata", "decode", "--format", "kafka",
-                           "--partition", "3", "--offset", "17", WORKED_EXAMPLE)
+    code, out, _ = run_cli(
+        capsys,
+        "metadata",
+        "decode",
+        "--format",
+        "kafka",
+        "--partition",
+        "3",
+        "--offset",
+        "17",
+        WORKED_EXAMPLE,
+    )
     assert code == 0
     assert out == (
         "partition: 3, offset: 17, value: RemoteLogSegmentMetadata{remoteLogSegmentId="
@@ -88,8 +116,9 @@ def test_decode_kafka_format(capsys: pytest.CaptureFixture[str]) -> None:
         ("010900", "9"),
     ],
 )
-def test_decode_errors_are_reported_not_raised(capsys: pytest.CaptureFixture[str], value: str,
-                                               message: str) -> None:
+def test_decode_errors_are_reported_not_raised(
+    capsys: pytest.CaptureFixture[str], value: str, message: str
+) -> None:
     code, out, err = run_cli(capsys, "metadata", "decode", value)
     assert code == 2 and out == ""
     assert err.startswith("tierlog: error:") and message in err
@@ -106,13 +135,21 @@ def test_partition_command(capsys: pytest.CaptureFixture[str]) -> None:
 
     topic_id = "Bp9TDduJRGa9Q5rlvCJOxg"
     for p in range(4):
-        code, out, _ = run_cli(capsys, "metadata", "partition", "--topic-id", topic_id,
-                               "--partition", str(p), "--partitions", "5")
+        code, out, _ = run_cli(
+            capsys,
+            "metadata",
+            "partition",
+            "--topic-id",
+            topic_id,
+            "--partition",
+            str(p),
+            "--partitions",
+            "5",
+        )
         assert code == 0
         expected = metadata_partition(TopicIdPartition(Uuid.from_string(topic_id), "", p), 5)
         assert int(out) == expected
-    code, _, err = run_cli(capsys, "metadata", "partition", "--topic-id", "bad",
-                           "--partition", "0")
+    code, _, err = run_cli(capsys, "metadata", "partition", "--topic-id", "bad", "--partition", "0")
     assert code == 2 and "invalid Uuid" in err
 
 
@@ -124,7 +161,11 @@ def test_conformance_unknown_plugin_fails_fast(capsys: pytest.CaptureFixture[str
 def _conformance(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tierlog.cli", "conformance", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        check=False,
     )
 
 
@@ -146,9 +187,22 @@ def test_conformance_verdict_is_the_exit_code(tmp_path: Path) -> None:
         "        raise RemoteResourceNotFoundException('gone')\n"
     )
     result = subprocess.run(
-        [sys.executable, "-m", "tierlog.cli", "conformance", "--rsm", "broken_rsm:Broken",
-         "--quick", "--", "-q"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "tierlog.cli",
+            "conformance",
+            "--rsm",
+            "broken_rsm:Broken",
+            "--quick",
+            "--",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
         env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
     )
     assert result.returncode == 1, result.stdout + result.stderr
@@ -173,11 +227,19 @@ def test_conformance_needs_config_when_the_plugin_declares_none(
     assert code == 2 and "has no conformance_config()" in err and "--config" in err
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--partition", "2147483648"),
-                                             ("--partitions", "0"), ("--partition", "-1")])
-def test_partition_command_checks_int32_ranges(capsys: pytest.CaptureFixture[str], flag: str,
-                                               value: str) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--partition", "2147483648"), ("--partitions", "0"), ("--partition", "-1")]
+)
+def test_partition_command_checks_int32_ranges(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
     args = {"--partition": "0", "--partitions": "50", flag: value}
-    code, _, err = run_cli(capsys, "metadata", "partition", "--topic-id",
-                           "Bp9TDduJRGa9Q5rlvCJOxg", *[x for kv in args.items() for x in kv])
+    code, _, err = run_cli(
+        capsys,
+        "metadata",
+        "partition",
+        "--topic-id",
+        "Bp9TDduJRGa9Q5rlvCJOxg",
+        *[x for kv in args.items() for x in kv],
+    )
     assert code == 2 and flag in err

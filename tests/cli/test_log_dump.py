@@ -285,7 +285,8 @@ def test_json_shallow_and_deep_match_the_reader(
             "deleteHorizonMs": h.delete_horizon_ms,
             "position": pos,
             "timestampType": (
-                "LogAppendTime" if h.timestamp_type == TimestampType.LOG_APPEND_TIME
+                "LogAppendTime"
+                if h.timestamp_type == TimestampType.LOG_APPEND_TIME
                 else "CreateTime"
             ),
             "maxTimestamp": h.max_timestamp,
@@ -308,8 +309,14 @@ def test_json_shallow_and_deep_match_the_reader(
         ]
     first = batches[0]["records"]
     assert first[0] == {
-        "offset": 0, "timestamp": T0, "keySize": 2, "valueSize": 5, "sequence": -1,
-        "headerKeys": ["h1", "h2"], "key": "k0", "payload": "hello",
+        "offset": 0,
+        "timestamp": T0,
+        "keySize": 2,
+        "valueSize": 5,
+        "sequence": -1,
+        "headerKeys": ["h1", "h2"],
+        "key": "k0",
+        "payload": "hello",
     }
     assert first[1]["key"] is None and first[2]["payload"] is None
     assert batches[1]["records"][1]["sequence"] == 11
@@ -326,8 +333,13 @@ def kafka_python_segment(directory: Path, base: int) -> tuple[Path, list[list[tu
     """A segment of kafka-python batches, one per codec it has here, offsets from ``base``."""
     kafka_records = pytest.importorskip("kafka.record.default_records")
     kafka_codec = pytest.importorskip("kafka.codec")
-    codecs = [(0, True), (1, kafka_codec.has_gzip()), (2, kafka_codec.has_snappy()),
-              (3, kafka_codec.has_lz4()), (4, kafka_codec.has_zstd())]
+    codecs = [
+        (0, True),
+        (1, kafka_codec.has_gzip()),
+        (2, kafka_codec.has_snappy()),
+        (3, kafka_codec.has_lz4()),
+        (4, kafka_codec.has_zstd()),
+    ]
     raw = bytearray()
     expected: list[list[tuple[Any, ...]]] = []
     offset = base
@@ -433,11 +445,13 @@ def test_index_dumps_list_entries(capsys: pytest.CaptureFixture[str], segment: P
     code, doc, _ = run_json(capsys, str(index), str(timeindex))
     assert code == 0
     assert doc["files"][0]["kind"] == "offset-index"
-    assert doc["files"][0]["entries"] == [{"offset": e.offset, "position": e.position}
-                                          for e in entries]
+    assert doc["files"][0]["entries"] == [
+        {"offset": e.offset, "position": e.position} for e in entries
+    ]
     assert doc["files"][1]["kind"] == "time-index"
-    assert doc["files"][1]["entries"] == [{"timestamp": t.timestamp, "offset": t.offset}
-                                          for t in times]
+    assert doc["files"][1]["entries"] == [
+        {"timestamp": t.timestamp, "offset": t.offset} for t in times
+    ]
 
 
 def test_empty_index_is_reported_as_kafka_does(
@@ -505,7 +519,9 @@ def test_verify_index_reports_offset_index_mismatches_as_kafka_does(
     file = doc["files"][0]
     assert file["entriesChecked"] == 5
     assert [(m["check"], m["entry"], m["offset"], m["logOffset"]) for m in file["mismatches"]] == [
-        ("log-offset", 2, 8, 7), ("log-offset", 3, 9, None), ("log-offset", 4, 10, None)
+        ("log-offset", 2, 8, 7),
+        ("log-offset", 3, 9, None),
+        ("log-offset", 4, 10, None),
     ]
     assert file["mismatches"][0]["message"] == (
         f"index offset 8, log offset 7: the batch at position {pos[3]} of {segment} ends at "
@@ -647,8 +663,9 @@ def test_verify_index_makes_the_checks_kafka_leaves_to_the_sanity_check(
 ) -> None:
     """Offsets below the base offset, and a first timestamp not above -1 (Kafka's
     ``prevTimestamp`` starts at ``NO_TIMESTAMP``)."""
-    log = write_segment(tmp_path, [build_batch([Record(100, T0, b"k", b"v")], base_offset=100)],
-                        base=100)
+    log = write_segment(
+        tmp_path, [build_batch([Record(100, T0, b"k", b"v")], base_offset=100)], base=100
+    )
     index = log.with_suffix(".index")
     index.write_bytes(struct.pack(">ii", -1, 0))  # relative -1: offset 99
     timeindex = log.with_suffix(".timeindex")
@@ -667,7 +684,10 @@ def test_verify_index_makes_the_checks_kafka_leaves_to_the_sanity_check(
     ]
     code, doc, _ = run_json(capsys, "--verify-index", str(index), str(timeindex))
     assert [m["check"] for f in doc["files"] for m in f["mismatches"]] == [
-        "below-base-offset", "log-offset", "timestamp-order", "timestamp"
+        "below-base-offset",
+        "log-offset",
+        "timestamp-order",
+        "timestamp",
     ]
 
 
@@ -710,8 +730,9 @@ def test_verify_index_of_a_log_and_of_a_directory(
     assert len(batch_lines(out)) == 8  # the log itself is still dumped
     # break the time indexes of two segments: the report comes after every dump, grouped by
     # check, then by file in dump order
-    second = write_segment(segment.parent, [build_batch([Record(20, T0 + 20, b"k", b"v")],
-                                                        base_offset=20)], base=20)
+    second = write_segment(
+        segment.parent, [build_batch([Record(20, T0 + 20, b"k", b"v")], base_offset=20)], base=20
+    )
     _, timeindex2 = write_indexes(second, base=20)
     timeindex2.write_bytes(struct.pack(">qi", T0 + 21, 0))  # relative offset 0: 20
     with TimeIndex(timeindex, 0, writable=False) as ti:
@@ -796,7 +817,10 @@ def test_txn_index_dump(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     ]
     code, doc, _ = run_json(capsys, str(path))
     assert doc["files"][0]["entries"][1] == {
-        "version": 0, "producerId": 8, "firstOffset": 15, "lastOffset": 30,
+        "version": 0,
+        "producerId": 8,
+        "firstOffset": 15,
+        "lastOffset": 30,
         "lastStableOffset": 10,
     }
     with open(path, "ab") as f:
@@ -851,10 +875,17 @@ def test_checkpoint_and_partition_metadata_dump(
         f"version: 0 topicId: {topic_id}",
     ]
     code, doc, _ = run_json(capsys, str(checkpoint), str(metadata))
-    assert doc["files"][0]["entries"] == [{"epoch": 0, "startOffset": 0},
-                                          {"epoch": 1, "startOffset": 3}]
-    assert doc["files"][1] == {"kind": "partition-metadata", "path": str(metadata),
-                               "version": 0, "topicId": str(topic_id), "errors": []}
+    assert doc["files"][0]["entries"] == [
+        {"epoch": 0, "startOffset": 0},
+        {"epoch": 1, "startOffset": 3},
+    ]
+    assert doc["files"][1] == {
+        "kind": "partition-metadata",
+        "path": str(metadata),
+        "version": 0,
+        "topicId": str(topic_id),
+        "errors": [],
+    }
     checkpoint.write_text("0\n3\n0 0\n")
     code, _, err = run(capsys, str(checkpoint))
     assert code == 1 and "expected [3] entries" in err
@@ -871,8 +902,9 @@ def test_partition_directory_in_offset_order(
     with TransactionIndex(7, tmp_path / "00000000000000000007.txnindex") as txn:
         txn.append(AbortedTxn(8, 11, 12, 11))
     write_producer_snapshot(tmp_path / "00000000000000000007.snapshot", [], sync=False)
-    write_leader_epoch_checkpoint(tmp_path / "leader-epoch-checkpoint", [(0, 0), (1, 3)],
-                                  sync=False)
+    write_leader_epoch_checkpoint(
+        tmp_path / "leader-epoch-checkpoint", [(0, 0), (1, 3)], sync=False
+    )
     write_partition_metadata(tmp_path / "partition.metadata", Uuid.random(), sync=False)
     write_offsets_checkpoint(tmp_path, OffsetsCheckpoint(13, 0, 13, True), sync=False)
     (tmp_path / "leader-epoch-checkpoint.tmp").write_text("junk")
@@ -901,7 +933,10 @@ def test_partition_directory_in_offset_order(
     code, doc, _ = run_json(capsys, "--deep", str(tmp_path))
     assert code == 0 and len(doc["files"]) == 11
     assert [f["kind"] for f in doc["files"]][:4] == [
-        "partition-metadata", "leader-epoch-checkpoint", "offsets-checkpoint", "log"
+        "partition-metadata",
+        "leader-epoch-checkpoint",
+        "offsets-checkpoint",
+        "log",
     ]
     assert [s["path"] for s in doc["skipped"]] == [str(tmp_path / "leader-epoch-checkpoint.tmp")]
 
@@ -916,10 +951,17 @@ def test_offsets_checkpoint_dump(capsys: pytest.CaptureFixture[str], tmp_path: P
         "recoveryPoint: 10 logStartOffset: 2 highWatermark: 8 cleanShutdown: false",
     ]
     code, doc, _ = run_json(capsys, str(path))
-    assert doc["files"] == [{
-        "kind": "offsets-checkpoint", "path": str(path), "recoveryPoint": 10,
-        "logStartOffset": 2, "highWatermark": 8, "cleanShutdown": False, "errors": [],
-    }]
+    assert doc["files"] == [
+        {
+            "kind": "offsets-checkpoint",
+            "path": str(path),
+            "recoveryPoint": 10,
+            "logStartOffset": 2,
+            "highWatermark": 8,
+            "cleanShutdown": False,
+            "errors": [],
+        }
+    ]
     path.write_text("0\n4\nrecovery-point 10\nlog-start-offset 2\nhigh-watermark x\n")
     code, out, err = run(capsys, str(path))
     assert (code, out) == (1, f"Dumping {path}\n")
@@ -935,12 +977,19 @@ def test_local_log_directory_dumps_every_file(
     from tierlog.log.recovery import read_offsets_checkpoint
 
     directory = tmp_path / "topic-0"
-    log = LocalLog.open(directory, {"segment.index.bytes": 4096, "index.interval.bytes": 64},
-                        clock=lambda: T0 + 1000, sync=False, topic_id=Uuid.random())
+    log = LocalLog.open(
+        directory,
+        {"segment.index.bytes": 4096, "index.interval.bytes": 64},
+        clock=lambda: T0 + 1000,
+        sync=False,
+        topic_id=Uuid.random(),
+    )
     for epoch in range(3):
         records = [Record(i, T0 + i, None, b"x" * 100) for i in range(3)]
-        log.append_as_leader(build_batch(records, producer_id=5, producer_epoch=0,
-                                         base_sequence=3 * epoch), leader_epoch=epoch)
+        log.append_as_leader(
+            build_batch(records, producer_id=5, producer_epoch=0, base_sequence=3 * epoch),
+            leader_epoch=epoch,
+        )
         log.roll()
     log.append_as_leader(build_batch([Record(0, T0, None, b"last")]), leader_epoch=3)
     log.close()
@@ -953,8 +1002,11 @@ def test_local_log_directory_dumps_every_file(
     (checkpoint,) = [f for f in doc["files"] if f["kind"] == "offsets-checkpoint"]
     expected = read_offsets_checkpoint(directory)
     assert expected is not None
-    assert (checkpoint["recoveryPoint"], checkpoint["highWatermark"], checkpoint["cleanShutdown"]) \
-        == (expected.recovery_point, expected.high_watermark, expected.clean_shutdown)
+    assert (
+        checkpoint["recoveryPoint"],
+        checkpoint["highWatermark"],
+        checkpoint["cleanShutdown"],
+    ) == (expected.recovery_point, expected.high_watermark, expected.clean_shutdown)
     assert doc["skipped"] == []
 
 
@@ -1002,16 +1054,22 @@ def test_leftovers_of_interrupted_operations_in_a_directory(
     assert err.splitlines() == [
         f"tierlog: note: skipping {tmp_path / p}: {reason}"
         for p, reason in [
-            ("00000000000000000000-0000000001.checkpoint",
-             "a KRaft metadata snapshot, not a file of a topic partition"),
-            ("00000000000000000007.snapshot.tmp",
-             "an unfinished atomic write of 00000000000000000007.snapshot (a crash came before "
-             "its rename; recovery deletes it unread)"),
+            (
+                "00000000000000000000-0000000001.checkpoint",
+                "a KRaft metadata snapshot, not a file of a topic partition",
+            ),
+            (
+                "00000000000000000007.snapshot.tmp",
+                "an unfinished atomic write of 00000000000000000007.snapshot (a crash came before "
+                "its rename; recovery deletes it unread)",
+            ),
             ("notes.txt", "not a file Kafka or tierlog keeps in a partition directory"),
             ("subdir", "a directory"),
-            ("tierlog-offsets-checkpoint.tmp",
-             "an unfinished atomic write of tierlog-offsets-checkpoint (a crash came before its "
-             "rename; recovery deletes it unread)"),
+            (
+                "tierlog-offsets-checkpoint.tmp",
+                "an unfinished atomic write of tierlog-offsets-checkpoint (a crash came before its "
+                "rename; recovery deletes it unread)",
+            ),
         ]
     ]
     code, doc, _ = run_json(capsys, str(tmp_path))
@@ -1022,7 +1080,8 @@ def test_leftovers_of_interrupted_operations_in_a_directory(
         ("00000000000000000000.log.cleaned", ".cleaned"),
     ]
     assert [(s["path"].split("/")[-1], s["reason"]) for s in doc["skipped"]][3] == (
-        "subdir", "a directory"
+        "subdir",
+        "a directory",
     )
 
 
@@ -1050,8 +1109,12 @@ def test_empty_directory_is_not_an_error(
     ]
     code, doc, _ = run_json(capsys, str(tmp_path))
     assert code == 0 and doc["files"] == [] and doc["ok"] is True
-    assert doc["skipped"] == [{"path": str(tmp_path / "README"), "reason":
-                               "not a file Kafka or tierlog keeps in a partition directory"}]
+    assert doc["skipped"] == [
+        {
+            "path": str(tmp_path / "README"),
+            "reason": "not a file Kafka or tierlog keeps in a partition directory",
+        }
+    ]
 
 
 def test_remote_storage_layout_names(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -1061,8 +1124,9 @@ def test_remote_storage_layout_names(capsys: pytest.CaptureFixture[str], tmp_pat
     write_indexes(local)
     for suffix in (".log", ".index", ".timeindex"):
         os.rename(local.with_suffix(suffix), tmp_path / f"{stem}{suffix}")
-    write_leader_epoch_checkpoint(tmp_path / f"{stem}.leader_epoch_checkpoint", [(1, 0)],
-                                  sync=False)
+    write_leader_epoch_checkpoint(
+        tmp_path / f"{stem}.leader_epoch_checkpoint", [(1, 0)], sync=False
+    )
     code, out, err = run(capsys, "--verify-index", str(tmp_path / f"{stem}.log"))
     assert (code, err) == (0, "")
     assert "Log starting offset: 0" in out
@@ -1132,9 +1196,7 @@ def test_truncated_tail_prints_what_was_readable(
     assert file["errors"][0]["position"] == pos[-1]
 
 
-def test_bad_magic_stops_at_its_position(
-    capsys: pytest.CaptureFixture[str], segment: Path
-) -> None:
+def test_bad_magic_stops_at_its_position(capsys: pytest.CaptureFixture[str], segment: Path) -> None:
     data = bytearray(segment.read_bytes())
     pos = positions(segment)
     data[pos[2] + 16] = 7
@@ -1192,9 +1254,7 @@ def test_unknown_codec_id_is_reported_shallow_and_deep(
     assert code == 1 and err.count("unknown compression type id 6") == 1
 
 
-def test_suffixed_files_dump_when_named(
-    capsys: pytest.CaptureFixture[str], segment: Path
-) -> None:
+def test_suffixed_files_dump_when_named(capsys: pytest.CaptureFixture[str], segment: Path) -> None:
     deleted = segment.with_name(segment.name + ".deleted")
     os.rename(segment, deleted)
     code, out, _ = run(capsys, str(deleted))
@@ -1232,8 +1292,17 @@ def test_unknown_file_kind_is_a_usage_error(
 def test_python_m_entry_point(segment: Path) -> None:
     write_indexes(segment)
     result = subprocess.run(
-        [sys.executable, "-m", "tierlog.cli", "log", "dump", "--json", "--deep",
-         "--verify-index", str(segment)],
+        [
+            sys.executable,
+            "-m",
+            "tierlog.cli",
+            "log",
+            "dump",
+            "--json",
+            "--deep",
+            "--verify-index",
+            str(segment),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

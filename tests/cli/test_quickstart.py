@@ -50,8 +50,13 @@ def test_a_small_quickstart_tiers_verifies_expires_and_leaves_a_config_for_serve
 
     summary = result.summary()
     assert summary.startswith("quickstart OK")
-    for needle in ("segments tiered", "copy throughput", "RSM requests/fetch",
-                   "segments expired", f"tierlog serve --config {directory / 'server.properties'}"):
+    for needle in (
+        "segments tiered",
+        "copy throughput",
+        "RSM requests/fetch",
+        "segments expired",
+        f"tierlog serve --config {directory / 'server.properties'}",
+    ):
         assert needle in summary
     for phase in ("[produce]", "[tier]", "[consume]", "[expire]"):
         assert phase in progress

@@ -298,7 +298,7 @@ def test_overriding_a_standard_test_without_a_reason_fails_at_definition() -> No
 
 
 # Broken backends ------------------------------------------------------------------------------
-BROKEN_BACKENDS = '''
+BROKEN_BACKENDS = """
 import io
 import itertools
 
@@ -472,19 +472,23 @@ class TestPartsNotReported(DirectorySuite):
                 observer(operation, **counts)
 
         return DirectoryBackend(tmp_path / "bucket", upload_settings, parts_dropped)
-'''
+"""
+
 
 def _cases(test: str, *cases: str) -> set[str]:
     return {f"{test}[{case}]" for case in cases}
 
 
 _KAFKA_KEYS = _cases("test_kafka_segment_keys", *LEGAL_TOPIC_NAMES)
-_EMPTY_UPLOADS = _cases("test_upload_round_trip", "empty-file", "empty-stream",
-                        "empty-stream-unknown-size")
-_FAILED_UPLOADS = _cases("test_failed_upload_leaves_no_object",
-                         "single-request", "multipart", "unknown-size")
-_FAILED_OVERWRITES = _cases("test_failed_overwrite_never_exposes_a_partial_object",
-                            "single-request", "multipart")
+_EMPTY_UPLOADS = _cases(
+    "test_upload_round_trip", "empty-file", "empty-stream", "empty-stream-unknown-size"
+)
+_FAILED_UPLOADS = _cases(
+    "test_failed_upload_leaves_no_object", "single-request", "multipart", "unknown-size"
+)
+_FAILED_OVERWRITES = _cases(
+    "test_failed_overwrite_never_exposes_a_partial_object", "single-request", "multipart"
+)
 _OBSERVER = "test_observer_sees_every_request"
 _MEMORY = "test_large_object_streams_with_bounded_memory"
 
@@ -492,8 +496,7 @@ EXPECTED_FAILURES: Mapping[str, set[str]] = {
     "TestControlMemory": set(),
     "TestControlDirectory": set(),
     "TestExclusiveEnd": {
-        *_cases("test_ranged_get", "first-byte", "whole", "last-byte", "middle",
-                "one-middle-byte"),
+        *_cases("test_ranged_get", "first-byte", "whole", "last-byte", "middle", "one-middle-byte"),
         "test_ranged_get_across_part_boundaries",
         "test_concurrent_uploads_and_gets",  # its ranged get of 11 bytes
         _OBSERVER,  # a 100-byte get received 99
@@ -507,8 +510,13 @@ EXPECTED_FAILURES: Mapping[str, set[str]] = {
     },
     "TestEmptyDeleteRaises": {"test_delete_nothing_succeeds"},
     "TestRangeAtEndRaises": {
-        *_cases("test_ranged_get", "start-at-size", "start-at-size-no-end", "start-past-size",
-                "start-past-size-no-end"),
+        *_cases(
+            "test_ranged_get",
+            "start-at-size",
+            "start-at-size-no-end",
+            "start-past-size",
+            "start-past-size-no-end",
+        ),
         "test_empty_object_reads_empty",
         *_EMPTY_UPLOADS,  # get(0) of an empty object starts at its size
     },
@@ -526,8 +534,13 @@ EXPECTED_FAILURES: Mapping[str, set[str]] = {
     "TestListFirstPageOnly": {"test_list_and_delete_beyond_one_page"},
     "TestShortReadIsTheEnd": {
         # every upload from a stream of more than one short read keeps only the first
-        *_cases("test_upload_round_trip", "below-threshold-stream", "exactly-threshold-stream",
-                "above-threshold-stream", "parts-multiple-stream"),
+        *_cases(
+            "test_upload_round_trip",
+            "below-threshold-stream",
+            "exactly-threshold-stream",
+            "above-threshold-stream",
+            "parts-multiple-stream",
+        ),
         "test_ranged_get_across_part_boundaries",
         "test_closing_a_stream_early_is_safe",
         *_cases("test_overwrite_replaces", "shorter", "longer"),
@@ -557,8 +570,11 @@ EXPECTED_FAILURES: Mapping[str, set[str]] = {
 
 MAY_ALSO_FAIL: Mapping[str, set[str]] = {
     cls: {"test_concurrent_overwrites_are_atomic"}
-    for cls in ("TestPartialObjectOnFailure", "TestShortReadIsTheEnd",
-                "TestGetMissingRaisesKeyError")
+    for cls in (
+        "TestPartialObjectOnFailure",
+        "TestShortReadIsTheEnd",
+        "TestGetMissingRaisesKeyError",
+    )
 }
 """Failures that depend on thread timing: whether a reader runs while a writer is mid-object
 (a partial or truncated version), or before the first upload completes (a missing key)."""

@@ -155,14 +155,23 @@ CONTROLS = {
     "test_is_ready_only_while_assigned",
 }
 ALSO_PASSES: dict[str, set[str]] = {
-    "TestServesCopyInProgress": {"test_highest_offset_never_decreases_when_segments_are_deleted",
-                                 "test_state_survives_restart"},
-    "TestLowersHighestOnDelete": {"test_copy_started_segment_is_listed_not_served",
-                                  "test_state_survives_restart"},
-    "TestForgetsOnRestart": {"test_lifecycle_and_epoch_lookup", "test_read_your_writes",
-                             "test_invalid_transitions_are_dropped"},
-    "TestRaisesOnInvalidTransition": {"test_lifecycle_and_epoch_lookup",
-                                      "test_state_survives_restart"},
+    "TestServesCopyInProgress": {
+        "test_highest_offset_never_decreases_when_segments_are_deleted",
+        "test_state_survives_restart",
+    },
+    "TestLowersHighestOnDelete": {
+        "test_copy_started_segment_is_listed_not_served",
+        "test_state_survives_restart",
+    },
+    "TestForgetsOnRestart": {
+        "test_lifecycle_and_epoch_lookup",
+        "test_read_your_writes",
+        "test_invalid_transitions_are_dropped",
+    },
+    "TestRaisesOnInvalidTransition": {
+        "test_lifecycle_and_epoch_lookup",
+        "test_state_survives_restart",
+    },
     "TestCompletesBeforeVisible": set(),
 }
 
@@ -260,7 +269,10 @@ def test_declared_capabilities_relax_exactly_their_tests(pytester: pytest.Pytest
     a declared ``partition_delete`` gap skips the partition-delete tests with the reason."""
     pytester.makepyfile(test_capabilities=CAPABILITIES)
     reprec = pytester.inline_run(
-        "-p", "no:cacheprovider", "-rs", "-k",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        "-k",
         "test_next_segment_with_txn_index or (TestNoTxnTrackingDeclared and test_state_machine) "
         "or (NoPartitionDelete and partition_delete)",
     )

@@ -14,7 +14,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-BROKEN_PLUGINS = '''
+BROKEN_PLUGINS = """
 import io
 import os
 from pathlib import Path
@@ -109,7 +109,7 @@ class TestControlSmallLarge(_Suite):
     plugin_class = LocalTieredStorage
     large_segment_size = 16 * 2**20
     memory_limit = 4 * 2**20
-'''
+"""
 
 ASSERT_GONE_USERS = {
     "test_delete_then_fetch_raises_not_found",
@@ -119,9 +119,16 @@ ASSERT_GONE_USERS = {
     "test_segment_ids_are_per_attempt",
     "test_instances_with_the_same_config_share_the_store",
     "test_hostile_topic_names_stay_inside_the_store[longest-legal]",
-    *(f"test_legal_topic_names_work[{case}]" for case in (
-        "all-legal-characters", "leading-underscore", "leading-dash", "double-dot-inside",
-        "longest-legal")),
+    *(
+        f"test_legal_topic_names_work[{case}]"
+        for case in (
+            "all-legal-characters",
+            "leading-underscore",
+            "leading-dash",
+            "double-dot-inside",
+            "longest-legal",
+        )
+    ),
 }
 """Tests that check, after a delete, that every index (the transaction index too) is gone."""
 
@@ -193,13 +200,13 @@ def test_bounded_memory_check_catches_a_plugin_that_reads_whole_segments(
     memory fails the large-segment test, while LocalTieredStorage passes it at the same scale."""
     pytester.makepyfile(test_broken=BROKEN_PLUGINS)
     reprec = pytester.inline_run(
-        "-p", "no:cacheprovider", "-k",
+        "-p",
+        "no:cacheprovider",
+        "-k",
         "(TestReadsWholeSegment or TestControlSmallLarge) and large_segment",
     )
     failures, passed = _failures_by_class(reprec)
-    assert failures == {
-        "TestReadsWholeSegment": {"test_large_segment_streams_with_bounded_memory"}
-    }
+    assert failures == {"TestReadsWholeSegment": {"test_large_segment_streams_with_bounded_memory"}}
     assert passed == 1
     failed_report = reprec.listoutcomes()[2][0]
     assert "MiB" in str(failed_report.longrepr)

@@ -55,8 +55,17 @@ def seg(
 ) -> RemoteLogSegmentMetadata:
     """A COPY_SEGMENT_STARTED segment, as the RLM adds it (broker 0)."""
     return RemoteLogSegmentMetadata(
-        segment_id or new_id(), start, end, -1, 0, 1000, size, epochs, custom,
-        S.COPY_SEGMENT_STARTED, txn_idx_empty,
+        segment_id or new_id(),
+        start,
+        end,
+        -1,
+        0,
+        1000,
+        size,
+        epochs,
+        custom,
+        S.COPY_SEGMENT_STARTED,
+        txn_idx_empty,
     )
 
 
@@ -121,10 +130,13 @@ def test_drop_event_on_invalid_state_transition(
         else:
             assert [x.state for x in listed] == [expected]
             dropped = expected != state
-            assert any(
-                r.levelno == logging.ERROR and "Dropping the event" in r.getMessage()
-                for r in caplog.records
-            ) == dropped
+            assert (
+                any(
+                    r.levelno == logging.ERROR and "Dropping the event" in r.getMessage()
+                    for r in caplog.records
+                )
+                == dropped
+            )
 
     with caplog.at_level(logging.ERROR, logger="tierlog.metadata.cache"):
         step(S.DELETE_SEGMENT_FINISHED, S.COPY_SEGMENT_STARTED)  # invalid-1
@@ -222,8 +234,14 @@ def test_lifecycle_and_epoch_lookup(cache: RemoteLogMetadataCache) -> None:
     s3 = add_fin(cache, 250, 400, {3: 250, 4: 370})
 
     expected = {
-        (1, 40): s0, (2, 110): s1, (3, 240): s2, (3, 250): s3, (4, 375): s3,
-        (1, 110): None, (4, 401): None, (5, 301): None,
+        (1, 40): s0,
+        (2, 110): s1,
+        (3, 240): s2,
+        (3, 250): s3,
+        (4, 375): s3,
+        (1, 110): None,
+        (4, 401): None,
+        (5, 301): None,
     }
     for (epoch, offset), segment in expected.items():
         assert cache.remote_log_segment_metadata(epoch, offset) == segment, (epoch, offset)
@@ -520,8 +538,9 @@ def test_remote_log_size_reads_the_running_sum(
     segment, it still answers, and the answer matches the scan made before."""
     for i in range(600):  # more than one listing chunk
         add_fin(cache, i * 10, i * 10 + 9, {i // 100: i * 10}, 1000 + i)
-    expected = {e: sum(m.segment_size_in_bytes for m in cache.list_remote_log_segments(e))
-                for e in range(7)}
+    expected = {
+        e: sum(m.segment_size_in_bytes for m in cache.list_remote_log_segments(e)) for e in range(7)
+    }
 
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("remote_log_size must not touch segments")
@@ -566,8 +585,9 @@ def test_next_segment_with_txn_index_stops_where_kafka_would_spin(
 
 # The compact layout -----------------------------------------------------------------------------
 def test_reused_row_carries_nothing_of_the_deleted_segment(cache: RemoteLogMetadataCache) -> None:
-    old = add_fin(cache, 0, 100, {0: 0, 1: 30, 2: 60}, 999, custom=CustomMetadata(b"old"),
-                  txn_idx_empty=True)
+    old = add_fin(
+        cache, 0, 100, {0: 0, 1: 30, 2: 60}, 999, custom=CustomMetadata(b"old"), txn_idx_empty=True
+    )
     move(cache, old, S.DELETE_SEGMENT_STARTED)
     move(cache, old, S.DELETE_SEGMENT_FINISHED)
     rows = len(cache._start)
@@ -614,9 +634,7 @@ def test_long_listing_skips_segments_deleted_during_iteration(
     assert len(cache._start) == 1000  # the freed rows were reused by the newcomers
     rest = list(listing)
     assert head + rest == segments[:500] + segments[510:]
-    assert sorted(ids(everything), key=str) == sorted(
-        ids(segments[:500] + segments[510:]), key=str
-    )
+    assert sorted(ids(everything), key=str) == sorted(ids(segments[:500] + segments[510:]), key=str)
     assert list(cache.list_remote_log_segments(0))[-10:] == newcomers
 
 
@@ -630,7 +648,7 @@ def test_retention_from_the_front_of_a_large_epoch(
         move(cache, m, S.DELETE_SEGMENT_STARTED)
         move(cache, m, S.DELETE_SEGMENT_FINISHED)
         if n % 7 == 0:
-            alive = segments[n + 1:]
+            alive = segments[n + 1 :]
             assert cache.remote_log_segment_metadata(0, alive[0].start_offset) == alive[0]
             assert cache.remote_log_segment_metadata(0, m.start_offset) is None
             assert cache.remote_log_size(0) == sum(x.segment_size_in_bytes for x in alive)
@@ -690,8 +708,11 @@ def test_values_the_columns_cannot_hold_are_refused_before_any_change(
     m = seg(0, 1, {0: 0})
     cache.add_copy_in_progress_segment(m)
     with pytest.raises(InvalidArgumentError, match="eventTimestampMs"):
-        cache.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
-            m.remote_log_segment_id, 1 << 63, None, S.COPY_SEGMENT_FINISHED, 0))
+        cache.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(
+                m.remote_log_segment_id, 1 << 63, None, S.COPY_SEGMENT_FINISHED, 0
+            )
+        )
     assert list(cache.list_remote_log_segments(0)) == [m]
 
 
@@ -944,9 +965,17 @@ def segments(draw: st.DrawFn) -> RemoteLogSegmentMetadata:
         offsets = [start, *sorted(draw(st.integers(start, end)) for _ in epochs[1:])]
     custom = draw(st.none() | st.binary(max_size=3).map(CustomMetadata))
     return RemoteLogSegmentMetadata(
-        segment_id, start, end, draw(st.integers(-1, 5)), draw(st.integers(0, 3)),
-        draw(st.integers(0, 5)), draw(st.integers(0, 1000)), dict(zip(epochs, offsets,
-        strict=True)), custom, S.COPY_SEGMENT_STARTED, draw(st.booleans()),
+        segment_id,
+        start,
+        end,
+        draw(st.integers(-1, 5)),
+        draw(st.integers(0, 3)),
+        draw(st.integers(0, 5)),
+        draw(st.integers(0, 1000)),
+        dict(zip(epochs, offsets, strict=True)),
+        custom,
+        S.COPY_SEGMENT_STARTED,
+        draw(st.booleans()),
     )
 
 
@@ -969,7 +998,9 @@ class CacheMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         (  # type: ignore[misc]
-            cache_module._CHUNK, cache_module._COMPACT_MIN, cache_module._LOOKED_UP_MAX
+            cache_module._CHUNK,
+            cache_module._COMPACT_MIN,
+            cache_module._LOOKED_UP_MAX,
         ) = self.saved
         self.logger.setLevel(self.level)
 
@@ -1021,8 +1052,14 @@ class CacheMachine(RuleBasedStateMachine):
         if known is None:
             return
         m = RemoteLogSegmentMetadata(
-            segment_id, known.start_offset, max(known.start_offset, known.end_offset + end_delta),
-            -1, 2, 3, known.segment_size_in_bytes + 1, dict(known.segment_leader_epochs),
+            segment_id,
+            known.start_offset,
+            max(known.start_offset, known.end_offset + end_delta),
+            -1,
+            2,
+            3,
+            known.segment_size_in_bytes + 1,
+            dict(known.segment_leader_epochs),
         )
         self.add(m)
         if finish:
@@ -1103,10 +1140,10 @@ class CacheMachine(RuleBasedStateMachine):
         assert len(free) + cache.segment_count() == len(cache._start)
         assert all(cache._state[s] == cache_module._FREE for s in free)
         for state in cache._epochs.values():
-            for s in list(state.slots[state.head:]) + list(state.unref or ()):
+            for s in list(state.slots[state.head :]) + list(state.unref or ()):
                 assert s not in free
             assert len(state.keys) == len(state.slots)
-            assert list(state.keys[state.head:]) == sorted(set(state.keys[state.head:]))
+            assert list(state.keys[state.head :]) == sorted(set(state.keys[state.head :]))
 
 
 CacheMachine.TestCase.settings = settings(

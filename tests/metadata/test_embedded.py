@@ -50,22 +50,33 @@ def _tip(topic: str = "foo", partition: int = 0) -> TopicIdPartition:
     return TopicIdPartition(Uuid.random(), topic, partition)
 
 
-def _segment(tip: TopicIdPartition, start: int, end: int, epochs: dict[int, int],
-             **kw: object) -> RemoteLogSegmentMetadata:
+def _segment(
+    tip: TopicIdPartition, start: int, end: int, epochs: dict[int, int], **kw: object
+) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId.generate_new(tip), start, end, -1, 0, 1_700_000_000_000,
-        1024, epochs, **kw,  # type: ignore[arg-type]
+        RemoteLogSegmentId.generate_new(tip),
+        start,
+        end,
+        -1,
+        0,
+        1_700_000_000_000,
+        1024,
+        epochs,
+        **kw,  # type: ignore[arg-type]
     )
 
 
-def _update(m: RemoteLogSegmentMetadata, state: RemoteLogSegmentState,
-            custom: CustomMetadata | None = None) -> RemoteLogSegmentMetadataUpdate:
-    return RemoteLogSegmentMetadataUpdate(m.remote_log_segment_id, 1_700_000_000_001, custom,
-                                          state, 1)
+def _update(
+    m: RemoteLogSegmentMetadata, state: RemoteLogSegmentState, custom: CustomMetadata | None = None
+) -> RemoteLogSegmentMetadataUpdate:
+    return RemoteLogSegmentMetadataUpdate(
+        m.remote_log_segment_id, 1_700_000_000_001, custom, state, 1
+    )
 
 
-def _open(directory: Path, *tips: TopicIdPartition, **config: str
-          ) -> EmbeddedRemoteLogMetadataManager:
+def _open(
+    directory: Path, *tips: TopicIdPartition, **config: str
+) -> EmbeddedRemoteLogMetadataManager:
     rlmm = EmbeddedRemoteLogMetadataManager()
     rlmm.configure({"dir": str(directory), **config})
     if tips:
@@ -109,14 +120,16 @@ def test_the_files_hold_exactly_the_kafka_record_values_in_order(tmp_path: Path)
         rlmm.update_remote_log_segment_metadata(dropped).result()
         written += [seg, fin, dropped]
     delete = RemotePartitionDeleteMetadata(
-        tips[2], RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 1_700_000_000_002, 0)
+        tips[2], RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 1_700_000_000_002, 0
+    )
     rlmm.put_remote_partition_delete_metadata(delete).result()
     written.append(delete)
     rlmm.close()
     expected: dict[int, list[bytes]] = {}
     for event in written:
         expected.setdefault(metadata_partition(event.topic_id_partition, 3), []).append(
-            serde.serialize(event))
+            serde.serialize(event)
+        )
     files = {p.name: _entries(p) for p in tmp_path.glob("*.log")}
     assert files == {f"{METADATA_DIR_NAME}-{p}.log": v for p, v in expected.items()}
 
@@ -129,17 +142,21 @@ def test_state_is_replayed_after_a_restart(tmp_path: Path) -> None:
         rlmm.add_remote_log_segment_metadata(seg).result()
         rlmm.update_remote_log_segment_metadata(_update(seg, FINISHED)).result()
     rlmm.update_remote_log_segment_metadata(_update(a, DELETE_STARTED)).result()
-    before = (sorted(m.start_offset for m in rlmm.list_remote_log_segments(tip)),
-              rlmm.remote_log_segment_metadata(tip, 1, 160),
-              rlmm.highest_offset_for_epoch(tip, 0))
+    before = (
+        sorted(m.start_offset for m in rlmm.list_remote_log_segments(tip)),
+        rlmm.remote_log_segment_metadata(tip, 1, 160),
+        rlmm.highest_offset_for_epoch(tip, 0),
+    )
     rlmm.close()
     again = _open(tmp_path)
     assert not again.is_ready(tip)
     again.on_partition_leadership_changes(set(), {tip})
     assert again.is_ready(tip)
-    after = (sorted(m.start_offset for m in again.list_remote_log_segments(tip)),
-             again.remote_log_segment_metadata(tip, 1, 160),
-             again.highest_offset_for_epoch(tip, 0))
+    after = (
+        sorted(m.start_offset for m in again.list_remote_log_segments(tip)),
+        again.remote_log_segment_metadata(tip, 1, 160),
+        again.highest_offset_for_epoch(tip, 0),
+    )
     assert after == before
     again.close()
 
@@ -147,8 +164,9 @@ def test_state_is_replayed_after_a_restart(tmp_path: Path) -> None:
 # Configuration -----------------------------------------------------------------------------------
 def test_the_partition_count_is_persisted_and_a_change_is_refused(tmp_path: Path) -> None:
     _open(tmp_path, **{NUM_PARTITIONS_CONFIG: "5"}).close()
-    assert "remote.log.metadata.topic.num.partitions=5" in (
-        tmp_path / "rlmm.properties").read_text()
+    assert (
+        "remote.log.metadata.topic.num.partitions=5" in (tmp_path / "rlmm.properties").read_text()
+    )
     for other in ({NUM_PARTITIONS_CONFIG: "7"}, {}):
         with pytest.raises(ConfigError, match=NUM_PARTITIONS_CONFIG) as info:
             _open(tmp_path, **other)
@@ -219,8 +237,11 @@ def test_writes_for_an_unassigned_partition_are_refused_without_writing(tmp_path
     with pytest.raises(RemoteStorageException, match="not assigned"):
         rlmm.add_remote_log_segment_metadata(seg)
     with pytest.raises(RemoteStorageException, match="not assigned"):
-        rlmm.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
-            other, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 0, 0))
+        rlmm.put_remote_partition_delete_metadata(
+            RemotePartitionDeleteMetadata(
+                other, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 0, 0
+            )
+        )
     rlmm.on_partition_leadership_changes({other}, set())
     rlmm.on_stop_partitions({other})
     with pytest.raises(RemoteStorageException, match="not assigned"):
@@ -253,7 +274,8 @@ def test_a_deleted_partition_stays_deleted(tmp_path: Path) -> None:
     seg = _segment(tip, 0, 9, {0: 0})
     rlmm.add_remote_log_segment_metadata(seg).result()
     finished = RemotePartitionDeleteMetadata(
-        tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, 0, 0)
+        tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, 0, 0
+    )
     rlmm.put_remote_partition_delete_metadata(finished).result()
     for restart in (False, True):
         if restart:
@@ -305,8 +327,7 @@ def test_damage_inside_a_record_log_fails_the_load(tmp_path: Path) -> None:
     tip = _tip()
     rlmm = _open(tmp_path, tip)
     for start in (0, 100):
-        rlmm.add_remote_log_segment_metadata(
-            _segment(tip, start, start + 99, {0: start})).result()
+        rlmm.add_remote_log_segment_metadata(_segment(tip, start, start + 99, {0: start})).result()
     path = rlmm.record_log_path(metadata_partition(tip, rlmm.num_partitions))
     rlmm.close()
     raw = bytearray(path.read_bytes())
@@ -397,4 +418,3 @@ class _Subclassed(EmbeddedRemoteLogMetadataManager):
 class TestASubclassRunsTheSuiteWithNoConfiguration(RemoteLogMetadataManagerSuite):
     plugin_class = _Subclassed
     state_machine_max_examples = 10
-

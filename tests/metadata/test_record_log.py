@@ -49,9 +49,7 @@ def test_entries_are_length_crc_payload(tmp_path: Path) -> None:
         assert log.append(PAYLOADS[2:]) == 2
         assert log.next_offset == 3
     data = path.read_bytes()
-    expected = b"".join(
-        struct.pack(">II", len(p), zlib.crc32(p)) + p for p in PAYLOADS
-    )
+    expected = b"".join(struct.pack(">II", len(p), zlib.crc32(p)) + p for p in PAYLOADS)
     assert data == expected
     assert _parse(data) == PAYLOADS
 

@@ -54,9 +54,9 @@ def upd(
     return RemoteLogSegmentMetadataUpdate(m.remote_log_segment_id, 2000, None, state, 1)
 
 
-def delete(state: RemotePartitionDeleteState, tip: TopicIdPartition = TP0) -> (
-    RemotePartitionDeleteMetadata
-):
+def delete(
+    state: RemotePartitionDeleteState, tip: TopicIdPartition = TP0
+) -> RemotePartitionDeleteMetadata:
     return RemotePartitionDeleteMetadata(tip, state, 3000, 0)
 
 
@@ -68,9 +68,9 @@ def store() -> RemotePartitionMetadataStore:
     return s
 
 
-def finished(store: RemotePartitionMetadataStore, m: RemoteLogSegmentMetadata) -> (
-    RemoteLogSegmentMetadata
-):
+def finished(
+    store: RemotePartitionMetadataStore, m: RemoteLogSegmentMetadata
+) -> RemoteLogSegmentMetadata:
     store.handle(m)
     update = upd(m, S.COPY_SEGMENT_FINISHED)
     store.handle(update)
@@ -203,7 +203,9 @@ def test_remote_log_size(store: RemotePartitionMetadataStore) -> None:
     for epoch, (start, end, size) in enumerate(((0, 100, 1), (100, 200, 2), (200, 300, 3))):
         store.handle(seg(start, end, {epoch: start}, size * SEG_SIZE, tip=TP1))
     assert [store.remote_log_size(TP1, e) for e in range(3)] == [
-        SEG_SIZE, 2 * SEG_SIZE, 3 * SEG_SIZE,
+        SEG_SIZE,
+        2 * SEG_SIZE,
+        3 * SEG_SIZE,
     ]
     assert store.remote_log_size(TP1, 9001) == 0
     unknown = TopicIdPartition(Uuid(0xF00, 99), "nope", 0)
@@ -270,8 +272,9 @@ def test_partitions_are_independent(store: RemotePartitionMetadataStore) -> None
 
 def test_reads_through_the_store(store: RemotePartitionMetadataStore) -> None:
     a = seg(0, 99, {0: 0})
-    a = RemoteLogSegmentMetadata(a.remote_log_segment_id, 0, 99, -1, 0, 1, 10, {0: 0},
-                                 txn_idx_empty=True)
+    a = RemoteLogSegmentMetadata(
+        a.remote_log_segment_id, 0, 99, -1, 0, 1, 10, {0: 0}, txn_idx_empty=True
+    )
     a = finished(store, a)
     b = finished(store, seg(100, 199, {0: 100, 1: 150}))
     assert store.next_segment_with_txn_index(TP0, 0, 5) == b

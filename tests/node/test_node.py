@@ -456,8 +456,15 @@ def write_transactions(node: Node, topic: str) -> tuple[list[bytes], list[bytes]
     node.append_batches(topic, 0, txn_batch(2, 1, b"commit-b"))
     node.append_batches(topic, 0, marker(ControlRecordType.COMMIT, 2), origin="coordinator")
     node.produce(topic, [b"plain-1"], partition=0)
-    everything = [b"plain-0", b"abort-a", b"abort-b", b"commit-a", b"abort-c", b"commit-b",
-                  b"plain-1"]
+    everything = [
+        b"plain-0",
+        b"abort-a",
+        b"abort-b",
+        b"commit-a",
+        b"abort-c",
+        b"commit-b",
+        b"plain-1",
+    ]
     committed = [b"plain-0", b"commit-a", b"commit-b", b"plain-1"]
     return everything, committed
 
@@ -641,16 +648,12 @@ def test_existing_partition_dirs_without_topics_file_are_adopted(tmp_path: Path)
     for partition in (0, 2):
         with LocalLog.open(log_dir / f"adopted-{partition}", LogConfig(), topic_id=topic_id) as log:
             log.assign_epoch_start_offset(4, 0)
-            log.append_as_leader(
-                build_batch([Record(0, 1_000, None, f"p{partition}".encode())]), 4
-            )
+            log.append_as_leader(build_batch([Record(0, 1_000, None, f"p{partition}".encode())]), 4)
     with LocalLog.open(log_dir / "__consumer_offsets-0", LogConfig(), topic_id=Uuid.random()):
         pass
     (log_dir / "stray-0").mkdir()  # no partition.metadata: not a partition
     with Node(node_props(tmp_path)) as node:
-        assert node.topics() == {
-            "adopted": {"id": str(topic_id), "partitions": 3, "configs": {}}
-        }
+        assert node.topics() == {"adopted": {"id": str(topic_id), "partitions": 3, "configs": {}}}
         assert node.status("adopted")[0].leader_epoch == 5
         assert [r.value for r in node.fetch("adopted", 0, 0).records] == [b"p0"]
         assert node.fetch("adopted", 1, 0).records == []

@@ -127,7 +127,11 @@ def open_log(directory: Path, clock: Clock, **props: object) -> LocalLog:
     """A tiered log with small segments (``SMALL_SEGMENTS``, overridden by ``props``)."""
     config = {**SMALL_SEGMENTS, **props}
     return LocalLog.open(
-        directory, config, clock=clock, sync=False, topic_id=TOPIC_ID,
+        directory,
+        config,
+        clock=clock,
+        sync=False,
+        topic_id=TOPIC_ID,
         high_watermark_follows_leo=True,
     )
 
@@ -141,7 +145,11 @@ def batch(*values: str, ts: int = NOW - 10_000, **kwargs: object) -> bytes:
 
 def txn_batch(pid: int, seq: int, *values: str, epoch: int = 0, ts: int = NOW - 10_000) -> bytes:
     return batch(
-        *values, ts=ts, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+        *values,
+        ts=ts,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
         is_transactional=True,
     )
 
@@ -150,8 +158,15 @@ def marker(kind: ControlRecordType, pid: int, epoch: int = 0) -> bytes:
     return build_control_batch(kind, 0, timestamp=NOW, producer_id=pid, producer_epoch=epoch)
 
 
-def fill(log: LocalLog, count: int, *, epoch: int = 0, ts: int = NOW - 10_000,
-         values_per_batch: int = 1, size: int = 30) -> None:
+def fill(
+    log: LocalLog,
+    count: int,
+    *,
+    epoch: int = 0,
+    ts: int = NOW - 10_000,
+    values_per_batch: int = 1,
+    size: int = 30,
+) -> None:
     """Append ``count`` batches of ``values_per_batch`` values of ``size`` bytes, each record's
     value naming its offset (``v<offset>``) and its timestamp ``ts + offset``."""
     for _ in range(count):
@@ -208,8 +223,11 @@ def tier(
         custom = rsm.copy_log_segment_data(metadata, inputs.data)
         if finish:
             update = RemoteLogSegmentMetadataUpdate(
-                metadata.remote_log_segment_id, now, custom,
-                RemoteLogSegmentState.COPY_SEGMENT_FINISHED, BROKER_ID,
+                metadata.remote_log_segment_id,
+                now,
+                custom,
+                RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                BROKER_ID,
             )
             rlmm.update_remote_log_segment_metadata(update).result()
             metadata = metadata.create_with_updates(update)

@@ -70,7 +70,6 @@ STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
 
 
-
 class OrphanTempFileError(AssertionError):
     """Remote storage holds a temporary file of an interrupted write: deleting the superseded
     copy must remove it too (``LocalTieredStorage._remove``)."""

@@ -343,8 +343,8 @@ def test_size_eviction_is_least_recently_used_by_weight(env: Env) -> None:
     assert cache.stats().evictions == 1
     uuid1 = str(s1.remote_log_segment_id.id)
     assert sorted(n for n in env.files() if uuid1 in n) == [
-        f"{s1.start_offset}_{uuid1}{suffix}.deleted" for suffix in (".index", ".timeindex",
-                                                                    ".txnindex")
+        f"{s1.start_offset}_{uuid1}{suffix}.deleted"
+        for suffix in (".index", ".timeindex", ".txnindex")
     ]
     assert env.rsm.index_fetches() == 9
     cache.get_index_entry(s1)  # evicted: fetched again, evicting s0 (now the least recent)
@@ -417,7 +417,10 @@ def test_resize(env: Env) -> None:
     cache.resize(2 * weight)
     assert cache.max_size_bytes == 2 * weight
     assert [cache.contains(m.remote_log_segment_id.id) for m in env.segments[:4]] == [
-        False, False, True, True
+        False,
+        False,
+        True,
+        True,
     ]
     cache.resize(1 << 30)
     cache.get_index_entry(env.segments[0])
@@ -464,7 +467,10 @@ def test_remove_unknown_and_remove_all(env: Env) -> None:
     assert cache.entry_count == 4 and not any(n.endswith(".deleted") for n in env.files())
     cache.remove_all([m.remote_log_segment_id.id for m in env.segments[1:3]] + [Uuid.random()])
     assert [cache.contains(m.remote_log_segment_id.id) for m in env.segments[:4]] == [
-        True, False, False, True
+        True,
+        False,
+        False,
+        True,
     ]
     assert sum(n.endswith(".deleted") for n in env.files()) == 6
 
@@ -535,7 +541,8 @@ def test_index_files_already_on_disk_are_used(env: Env) -> None:
     cache.get_index_entry(metadata)
     assert env.rsm.index_fetches() == 0
     assert dict(cache.stats().disk_hits) == {
-        **dict.fromkeys(IndexType, 0), **dict.fromkeys(INDEX_TYPES, 1)
+        **dict.fromkeys(IndexType, 0),
+        **dict.fromkeys(INDEX_TYPES, 1),
     }
 
 
@@ -548,9 +555,10 @@ def test_a_corrupt_cached_file_is_fetched_again(env: Env) -> None:
     entry = cache.get_index_entry(metadata)
     assert env.rsm.index_requests == [(metadata.remote_log_segment_id.id, IndexType.TIMESTAMP)]
     entry.time_index.sanity_check()
-    assert entry.time_index.path.read_bytes() == env.rsm.segment_paths(metadata)[
-        ".timeindex"
-    ].read_bytes()
+    assert (
+        entry.time_index.path.read_bytes()
+        == env.rsm.segment_paths(metadata)[".timeindex"].read_bytes()
+    )
 
 
 class CorruptingStorage(CountingStorage):
@@ -577,9 +585,7 @@ class CorruptingStorage(CountingStorage):
 
 
 @pytest.mark.parametrize("damaged", INDEX_TYPES)
-def test_a_corrupt_index_from_remote_storage_is_not_cached(
-    env: Env, damaged: IndexType
-) -> None:
+def test_a_corrupt_index_from_remote_storage_is_not_cached(env: Env, damaged: IndexType) -> None:
     metadata = env.segments[1]
     rsm = CorruptingStorage(damaged)
     rsm.configure({"dir": str(env.root / "remote"), "node.id": "0"})
@@ -590,8 +596,11 @@ def test_a_corrupt_index_from_remote_storage_is_not_cached(
     with pytest.raises(CorruptIndexError):
         cache.get_index_entry(metadata)
     assert not cache.contains(metadata.remote_log_segment_id.id)
-    suffix = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex",
-              IndexType.TRANSACTION: ".txnindex"}[damaged]
+    suffix = {
+        IndexType.OFFSET: ".index",
+        IndexType.TIMESTAMP: ".timeindex",
+        IndexType.TRANSACTION: ".txnindex",
+    }[damaged]
     assert not any(n.endswith(suffix) for n in env.files())
     assert not any(n.endswith(".tmp") for n in env.files())
     # The fetch stopped at the damaged index: those before it were downloaded and kept.
@@ -629,8 +638,10 @@ def test_startup_deletes_leftovers_and_partial_sets_and_loads_complete_ones(env:
     assert restarted.entry_count == 1 and restarted.contains(good.remote_log_segment_id.id)
     good_uuid = str(good.remote_log_segment_id.id)
     assert env.files() == sorted(
-        ["README", *(f"{good.start_offset}_{good_uuid}{s}" for s in (".index", ".timeindex",
-                                                                     ".txnindex"))]
+        [
+            "README",
+            *(f"{good.start_offset}_{good_uuid}{s}" for s in (".index", ".timeindex", ".txnindex")),
+        ]
     )
     restarted.lookup_offset(good, good.start_offset)
     assert env.rsm.index_fetches() == 0
@@ -736,9 +747,7 @@ def test_lookups_racing_eviction_never_read_a_deleted_file(env: Env) -> None:
                 for offset, position in expected[i]:
                     assert cache.lookup_offset(metadata, offset) == position
                 with cache.acquire(metadata) as entry:
-                    assert [
-                        (e.offset, e.position) for e in entry.offset_index
-                    ] == expected[i]
+                    assert [(e.offset, e.position) for e in entry.offset_index] == expected[i]
         except BaseException as exc:
             errors.append(exc)
 

@@ -70,7 +70,15 @@ def seg(
     tip: TopicIdPartition, start: int, end: int, epochs: dict[int, int], **kw: object
 ) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId.generate_new(tip), start, end, NOW, 0, NOW, 1024, epochs, **kw  # type: ignore[arg-type]
+        RemoteLogSegmentId.generate_new(tip),
+        start,
+        end,
+        NOW,
+        0,
+        NOW,
+        1024,
+        epochs,
+        **kw,  # type: ignore[arg-type]
     )
 
 
@@ -166,9 +174,7 @@ def test_segment_epochs_without_records_are_filtered_before_the_check(
 ) -> None:
     # Epoch 1 holds no record in the segment ({1:15, 2:15}); once filtered, the segment is
     # {2:15} and its first epoch 2 starts before the lineage's epoch 2 start (20).
-    assert not is_remote_segment_within_leader_epochs(
-        seg(tip, 15, 25, {1: 15, 2: 15}), 90, LINEAGE
-    )
+    assert not is_remote_segment_within_leader_epochs(seg(tip, 15, 25, {1: 15, 2: 15}), 90, LINEAGE)
     # Filtered to {1:15, 2:20}: within the lineage.
     assert is_remote_segment_within_leader_epochs(
         seg(tip, 15, 29, {0: 15, 1: 15, 2: 20}), 90, LINEAGE
@@ -177,9 +183,7 @@ def test_segment_epochs_without_records_are_filtered_before_the_check(
 
 def test_a_segment_must_end_before_the_next_lineage_epoch_starts(tip: TopicIdPartition) -> None:
     assert is_remote_segment_within_leader_epochs(seg(tip, 15, 29, {1: 15, 2: 20}), 90, LINEAGE)
-    assert not is_remote_segment_within_leader_epochs(
-        seg(tip, 15, 30, {1: 15, 2: 20}), 90, LINEAGE
-    )
+    assert not is_remote_segment_within_leader_epochs(seg(tip, 15, 30, {1: 15, 2: 20}), 90, LINEAGE)
 
 
 def test_an_empty_lineage_validates_nothing(tip: TopicIdPartition) -> None:

@@ -121,8 +121,7 @@ def test_every_kafka_metric_is_exposed_under_its_dashboard_name(
     # The catalogue names the same families (counters gain "_total", histograms three suffixes).
     families = {spec.prometheus for spec in METRICS}
     assert families == {
-        n.removesuffix("_total").removesuffix("_bucket").removesuffix("_count")
-        .removesuffix("_sum")
+        n.removesuffix("_total").removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
         for n in EXPECTED_SAMPLE_NAMES
     }
 
@@ -147,12 +146,18 @@ def test_catalogue_keeps_the_kafka_mbean_next_to_each_name() -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("kafka.server", "BrokerTopicMetrics", "BytesInPerSec", "counter"),
-         "kafka_server_brokertopicmetrics_bytesin"),
-        (("kafka.server", "KafkaRequestHandlerPool", "RequestHandlerAvgIdlePercent", "gauge"),
-         "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent"),
-        (("kafka.server", "ReplicaManager", "UnderReplicatedPartitions", "gauge"),
-         "kafka_server_replicamanager_underreplicatedpartitions"),
+        (
+            ("kafka.server", "BrokerTopicMetrics", "BytesInPerSec", "counter"),
+            "kafka_server_brokertopicmetrics_bytesin",
+        ),
+        (
+            ("kafka.server", "KafkaRequestHandlerPool", "RequestHandlerAvgIdlePercent", "gauge"),
+            "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
+        ),
+        (
+            ("kafka.server", "ReplicaManager", "UnderReplicatedPartitions", "gauge"),
+            "kafka_server_replicamanager_underreplicatedpartitions",
+        ),
     ],
 )
 def test_naming_rule_reproduces_known_strimzi_names(

@@ -341,6 +341,7 @@ def test_fair_lock_is_granted_in_arrival_order() -> None:
         return lambda: lock.queue_length() == expected
 
     for index in range(5):
+
         def take(index: int = index) -> None:
             with lock:
                 order.append(index)

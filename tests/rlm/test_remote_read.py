@@ -95,7 +95,11 @@ class Env:
         return copied
 
     def read(
-        self, offset: int, max_bytes: int = 10_000, *, min_one: bool = True,
+        self,
+        offset: int,
+        max_bytes: int = 10_000,
+        *,
+        min_one: bool = True,
         isolation: str = "read_uncommitted",
     ) -> FetchDataInfo:
         return self.reader.read(RemoteStorageFetchInfo(max_bytes, min_one, TIP, offset, isolation))
@@ -154,7 +158,10 @@ class Expected:
 
 
 def expected_read(
-    log: LocalLog, metadata: RemoteLogSegmentMetadata, offset: int, max_bytes: int,
+    log: LocalLog,
+    metadata: RemoteLogSegmentMetadata,
+    offset: int,
+    max_bytes: int,
     min_one: bool,
 ) -> Expected | None:
     """What Kafka's read returns from this segment, computed from the local segment file."""
@@ -171,8 +178,9 @@ def expected_read(
     return Expected(header.base_offset, position, data[position : position + capacity], False)
 
 
-def assert_matches(info: FetchDataInfo, metadata: RemoteLogSegmentMetadata, want: Expected,
-                   offset: int) -> None:
+def assert_matches(
+    info: FetchDataInfo, metadata: RemoteLogSegmentMetadata, want: Expected, offset: int
+) -> None:
     if want.incomplete:
         assert info == FetchDataInfo(LogOffsetMetadata(offset), b"", True, None)
         return
@@ -494,9 +502,7 @@ def test_batches_larger_than_the_read_buffer(bare: Env) -> None:
 def test_a_warm_read_asks_for_a_bounded_range(tmp_path: Path) -> None:
     """Large segments (about 400 batches of 98 bytes) with an index entry every ~1000 bytes:
     the one request of a warm read covers at most about two index intervals plus max_bytes."""
-    env = make_env(
-        tmp_path, **{"internal.segment.bytes": 40_000, "index.interval.bytes": 1000}
-    )
+    env = make_env(tmp_path, **{"internal.segment.bytes": 40_000, "index.interval.bytes": 1000})
     try:
         fill(env.log, 900)
         env.tier()
@@ -552,8 +558,12 @@ def test_a_consumers_next_fetch_starts_where_its_last_one_left_off(tmp_path: Pat
             (fresh_request,) = env.rsm.segment_requests
             earlier_starts += fresh_request.start < position
             # The fresh reader learnt too: forget it by making a new one each time.
-            fresh = RemoteLogReader(env.rsm, env.rlmm, RemoteIndexCache(
-                env.rsm, tmp_path / f"fresh-{step}", clock=env.clock), env.log)
+            fresh = RemoteLogReader(
+                env.rsm,
+                env.rlmm,
+                RemoteIndexCache(env.rsm, tmp_path / f"fresh-{step}", clock=env.clock),
+                env.log,
+            )
             env.closers.append(fresh.index_cache.close)
             batches = list(iter_batches(trim_partial_batch(info).records))
             offset = batches[-1][1].last_offset + 1
@@ -650,7 +660,10 @@ def test_read_committed_collects_aborted_transactions_across_remote_segments(
     log.roll()
     a, b, c, d = bare.tier()
     assert (a.txn_idx_empty, b.txn_idx_empty, c.txn_idx_empty, d.txn_idx_empty) == (
-        True, True, False, True
+        True,
+        True,
+        False,
+        True,
     )
     info = bare.read(0, isolation="read_committed")
     assert offsets_of(info.records) == [0, 1, 2]
@@ -778,8 +791,11 @@ def _stray_segment(env: Env, root: Path, epochs: dict[int, int], *, finish: bool
     for offset in range(6, 12):
         epoch = max(e for e, start in epochs.items() if start <= offset)
         other.append_as_follower(
-            build_batch([Record(offset, NOW + 1_000_000, None, b"stray")], base_offset=offset,
-                        partition_leader_epoch=epoch),
+            build_batch(
+                [Record(offset, NOW + 1_000_000, None, b"stray")],
+                base_offset=offset,
+                partition_leader_epoch=epoch,
+            ),
             epoch,
         )
     other.roll()
@@ -846,9 +862,7 @@ class RacingStorage(CountingStorage):
         hook, self.before_fetch = self.before_fetch, None
         if hook is not None:
             hook()
-        return super().fetch_log_segment(
-            remote_log_segment_metadata, start_position, end_position
-        )
+        return super().fetch_log_segment(remote_log_segment_metadata, start_position, end_position)
 
 
 @pytest.fixture
@@ -869,7 +883,7 @@ def racing(tmp_path: Path) -> Iterator[tuple[Env, RacingStorage]]:
 
 
 def test_a_segment_replaced_between_lookup_and_fetch_is_read_again(
-    racing: tuple[Env, RacingStorage]
+    racing: tuple[Env, RacingStorage],
 ) -> None:
     env, rsm = racing
     old = env.segments[1]
@@ -884,13 +898,14 @@ def test_a_segment_replaced_between_lookup_and_fetch_is_read_again(
     info = env.read(8)
     assert offsets_of(info.records)[0] == 8
     assert [r.segment_id for r in rsm.segment_requests] == [
-        old.remote_log_segment_id.id, replacement[0].remote_log_segment_id.id
+        old.remote_log_segment_id.id,
+        replacement[0].remote_log_segment_id.id,
     ]
     assert not env.cache.contains(old.remote_log_segment_id.id)
 
 
 def test_a_segment_deleted_between_lookup_and_fetch_is_out_of_range(
-    racing: tuple[Env, RacingStorage]
+    racing: tuple[Env, RacingStorage],
 ) -> None:
     env, rsm = racing
     old = env.segments[1]
@@ -900,7 +915,7 @@ def test_a_segment_deleted_between_lookup_and_fetch_is_out_of_range(
 
 
 def test_segment_data_gone_under_live_metadata_is_out_of_range_after_one_retry(
-    racing: tuple[Env, RacingStorage]
+    racing: tuple[Env, RacingStorage],
 ) -> None:
     env, rsm = racing
     old = env.segments[1]
@@ -1063,9 +1078,7 @@ def test_pool_rejects_when_full_and_serves_what_it_accepted(env: Env) -> None:
 
 
 def find_env_offset(env: Env) -> TimestampAndOffset | None:
-    return env.reader.find_offset_by_timestamp(
-        TIP, ts(5), 0, env.log.leader_epoch_cache, env.log
-    )
+    return env.reader.find_offset_by_timestamp(TIP, ts(5), 0, env.log.leader_epoch_cache, env.log)
 
 
 def test_pool_close_cancels_queued_reads_and_refuses_new_ones(env: Env) -> None:

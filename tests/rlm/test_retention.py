@@ -140,8 +140,9 @@ def test_remote_log_stats_counts_sizes_by_state(
     put(rlmm, tip, 200, 299, {1: 200}, state=DELETE_STARTED, size=100)
     put(rlmm, tip, 300, 399, {2: 300}, state=DELETE_FINISHED, size=1000)  # gone
     stats = remote_log_stats(rlmm.list_remote_log_segments(tip))
-    assert stats == RemoteLogStats(count=3, epochs=frozenset({0, 1}), size=110,
-                                   copy_finished_size=10)
+    assert stats == RemoteLogStats(
+        count=3, epochs=frozenset({0, 1}), size=110, copy_finished_size=10
+    )
 
 
 def test_no_remote_segment_plans_nothing(
@@ -183,7 +184,11 @@ def test_delete_log_segment_due_to_retention_size_breach(
     assert dict(segments[0].segment_leader_epochs) == {0: 0, 1: 20, 3: 50}
     assert dict(segments[1].segment_leader_epochs) == {4: 100}
     result = plan(
-        rlmm, tip, SIZE_EPOCHS, log_end_offset=5001, local_size=512,
+        rlmm,
+        tip,
+        SIZE_EPOCHS,
+        log_end_offset=5001,
+        local_size=512,
         retention_bytes=(50 - k) * SEGMENT_SIZE + 512,
     )
     assert ids(result.to_delete) == ids(segments[:k])
@@ -203,9 +208,7 @@ def test_delete_log_segment_due_to_retention_time_breach(
     """RemoteLogManagerTest.testDeleteLogSegmentDueToRetentionTimeBreach: retention.ms=1, the
     first k segments' largest timestamp is now - 2 (< now - 1), the others now."""
     segments = fifty_segments(rlmm, tip, old=k)
-    result = plan(
-        rlmm, tip, SIZE_EPOCHS, log_end_offset=5001, local_size=512, retention_ms=1
-    )
+    result = plan(rlmm, tip, SIZE_EPOCHS, log_end_offset=5001, local_size=512, retention_ms=1)
     assert ids(result.to_delete) == ids(segments[:k])
     assert result.new_log_start_offset == (k * 100 if k else None)
     assert set(result.reasons.values()) <= {REASON_RETENTION_TIME}
@@ -229,8 +232,13 @@ def test_deletion_on_retention_breached_segments(
     timestamp equals ``now - retention.ms`` is kept (strict ``<``)."""
     segments = [put(rlmm, tip, i * 100, i * 100 + 99, {0: i * 100}) for i in range(2)]
     result = plan(
-        rlmm, tip, {0: 0}, log_end_offset=200, retention_ms=retention_ms,
-        retention_bytes=retention_bytes, now_ms=NOW + advance,
+        rlmm,
+        tip,
+        {0: 0},
+        log_end_offset=200,
+        retention_ms=retention_ms,
+        retention_bytes=retention_bytes,
+        now_ms=NOW + advance,
     )
     if deleted:
         assert ids(result.to_delete) == ids(segments)
@@ -277,7 +285,11 @@ def test_deletion_on_overlapping_retention_breached_segments(
     first = put(rlmm, tip, 0, 99, {0: 0}, max_ts=NOW - 1)
     second = put(rlmm, tip, 0, 104, {0: 0}, max_ts=NOW - 1, size=SEGMENT_SIZE + 128)
     result = plan(
-        rlmm, tip, {0: 0}, log_end_offset=200, retention_ms=retention_ms,
+        rlmm,
+        tip,
+        {0: 0},
+        log_end_offset=200,
+        retention_ms=retention_ms,
         retention_bytes=retention_bytes,
     )
     assert sorted(map(str, ids(result.to_delete))) == sorted(map(str, ids([first, second])))
@@ -293,7 +305,11 @@ def test_time_deletions_reduce_the_size_breach(
     put(rlmm, tip, 100, 199, {0: 100})
     put(rlmm, tip, 200, 299, {0: 200})
     result = plan(
-        rlmm, tip, {0: 0}, log_end_offset=300, retention_ms=1000,
+        rlmm,
+        tip,
+        {0: 0},
+        log_end_offset=300,
+        retention_ms=1000,
         retention_bytes=2 * SEGMENT_SIZE,
     )
     assert ids(result.to_delete) == ids([old])
@@ -311,8 +327,9 @@ def test_size_retention_never_deletes_more_than_the_breach(
     assert result.to_delete == []
     assert result.retention_size_total == 3 * SEGMENT_SIZE
     # The estimate within the limit: no breach, the lineage is not even checked.
-    result = plan(rlmm, tip, {0: 0}, log_end_offset=300, local_size=10,
-                  retention_bytes=3 * SEGMENT_SIZE + 10)
+    result = plan(
+        rlmm, tip, {0: 0}, log_end_offset=300, local_size=10, retention_bytes=3 * SEGMENT_SIZE + 10
+    )
     assert result.to_delete == []
     assert result.retention_size_total == 3 * SEGMENT_SIZE + 10
     assert result.all_segments_valid is None
@@ -345,8 +362,14 @@ def test_segments_outside_the_lineage_are_not_counted_nor_deleted(
     assert result.retention_size_total == 3 * SEGMENT_SIZE
     assert result.all_segments_valid is False
     # Kafka's isAllSegmentsValid cache: trusting every finished copy counts the diverged one.
-    trusting = plan(rlmm, tip, lineage, log_end_offset=300, retention_bytes=2 * SEGMENT_SIZE,
-                    assume_all_segments_valid=True)
+    trusting = plan(
+        rlmm,
+        tip,
+        lineage,
+        log_end_offset=300,
+        retention_bytes=2 * SEGMENT_SIZE,
+        assume_all_segments_valid=True,
+    )
     assert ids(trusting.to_delete) == ids([a, b])
     assert trusting.retention_size_total == 4 * SEGMENT_SIZE
     assert trusting.new_log_start_offset == 200
@@ -414,8 +437,9 @@ def test_remote_log_size_retention_filters_out_copies_in_progress(
     finished = [put(rlmm, tip, i * 100, i * 100 + 99, {0: i * 100}) for i in range(1, 12)]
     copying = put(rlmm, tip, 1200, 1299, {0: 1200}, state=STARTED)
 
-    run1 = plan(rlmm, tip, {0: 0}, log_end_offset=2000, retention_bytes=retention,
-                being_copied=[copying])
+    run1 = plan(
+        rlmm, tip, {0: 0}, log_end_offset=2000, retention_bytes=retention, being_copied=[copying]
+    )
     # 11 finished KiB against 10: one segment by size, plus the dangling delete.
     assert ids(run1.to_delete) == ids([dangling, finished[0]])
     assert run1.reasons[dangling.remote_log_segment_id] == REASON_DANGLING_DELETE
@@ -437,8 +461,7 @@ def test_deletion_skipped_for_segments_being_copied(
     """RemoteLogManagerTest.testDeletionSkippedForSegmentsBeingCopied: retention.bytes=0, the
     only segment is being copied: nothing is deleted until its copy finishes."""
     copying = put(rlmm, tip, 0, 149, {0: 0}, state=STARTED)
-    result = plan(rlmm, tip, {0: 0}, log_end_offset=150, retention_bytes=0,
-                  being_copied=[copying])
+    result = plan(rlmm, tip, {0: 0}, log_end_offset=150, retention_bytes=0, being_copied=[copying])
     assert result.to_delete == []
     assert result.stopped_at_copying
     move(rlmm, copying, FINISHED)
@@ -454,8 +477,9 @@ def test_a_segment_being_copied_stops_the_scan_of_every_epoch(
     first = put(rlmm, tip, 0, 99, {0: 0})
     copying = put(rlmm, tip, 100, 199, {0: 100}, state=STARTED)
     put(rlmm, tip, 200, 299, {1: 200})
-    result = plan(rlmm, tip, {0: 0, 1: 200}, log_end_offset=300, retention_bytes=0,
-                  being_copied=[copying])
+    result = plan(
+        rlmm, tip, {0: 0, 1: 200}, log_end_offset=300, retention_bytes=0, being_copied=[copying]
+    )
     assert ids(result.to_delete) == ids([first])
     assert result.stopped_at_copying
     assert result.new_log_start_offset == 100

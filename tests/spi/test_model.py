@@ -26,11 +26,19 @@ P = RemotePartitionDeleteState
 TIP = TopicIdPartition(Uuid.from_string("Bp9TDduJRGa9Q5rlvCJOxg"), "foo", 0)
 
 
-def _segment(start: int = 0, end: int = 99, epochs: dict[int, int] | None = None,
-             **kwargs: object) -> RemoteLogSegmentMetadata:
+def _segment(
+    start: int = 0, end: int = 99, epochs: dict[int, int] | None = None, **kwargs: object
+) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(TIP, Uuid(1, 2)), start, end, 5, 1, 7, 1024,
-        {0: start} if epochs is None else epochs, **kwargs,  # type: ignore[arg-type]
+        RemoteLogSegmentId(TIP, Uuid(1, 2)),
+        start,
+        end,
+        5,
+        1,
+        7,
+        1024,
+        {0: start} if epochs is None else epochs,
+        **kwargs,  # type: ignore[arg-type]
     )
 
 
@@ -53,8 +61,9 @@ def test_uuid_signed_halves_like_java_longs() -> None:
     assert Uuid(u.most_significant_bits, u.least_significant_bits) == u
 
 
-@pytest.mark.parametrize("text", ["", "short", "AAAAAAAAAAAAAAAAAAAAA!", "A" * 23,
-                                  "AAAAAAAAAAAAAAAAAAAAAR"])
+@pytest.mark.parametrize(
+    "text", ["", "short", "AAAAAAAAAAAAAAAAAAAAA!", "A" * 23, "AAAAAAAAAAAAAAAAAAAAAR"]
+)
 def test_uuid_rejects_malformed_text(text: str) -> None:
     with pytest.raises(InvalidArgumentError, match="Uuid"):
         Uuid.from_string(text)
@@ -97,8 +106,9 @@ def test_generate_new_gives_distinct_ids_for_the_same_partition() -> None:
         (0, 10, {}, "can not be null or empty"),
     ],
 )
-def test_segment_metadata_validation(start: int, end: int, epochs: dict[int, int],
-                                     message: str) -> None:
+def test_segment_metadata_validation(
+    start: int, end: int, epochs: dict[int, int], message: str
+) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         _segment(start, end, epochs)
 
@@ -112,13 +122,22 @@ def test_segment_epochs_are_sorted_and_read_only() -> None:
 
 def test_create_with_updates_keeps_offsets_and_takes_state() -> None:
     m = _segment(txn_idx_empty=True)
-    u = RemoteLogSegmentMetadataUpdate(m.remote_log_segment_id, 99, CustomMetadata(b"x"),
-                                       S.COPY_SEGMENT_FINISHED, 4)
+    u = RemoteLogSegmentMetadataUpdate(
+        m.remote_log_segment_id, 99, CustomMetadata(b"x"), S.COPY_SEGMENT_FINISHED, 4
+    )
     n = m.create_with_updates(u)
     assert (n.state, n.broker_id, n.event_timestamp_ms, n.custom_metadata) == (
-        S.COPY_SEGMENT_FINISHED, 4, 99, CustomMetadata(b"x"))
+        S.COPY_SEGMENT_FINISHED,
+        4,
+        99,
+        CustomMetadata(b"x"),
+    )
     assert (n.start_offset, n.end_offset, n.segment_size_in_bytes, n.txn_idx_empty) == (
-        0, 99, 1024, True)
+        0,
+        99,
+        1024,
+        True,
+    )
     assert n != m and pickle.loads(pickle.dumps(n)) == n
 
 
@@ -127,13 +146,18 @@ def test_create_with_updates_rejects_another_segment() -> None:
     other = RemoteLogSegmentId(TIP, Uuid(9, 9))
     with pytest.raises(InvalidArgumentError):
         m.create_with_updates(
-            RemoteLogSegmentMetadataUpdate(other, 1, None, S.COPY_SEGMENT_FINISHED, 1))
+            RemoteLogSegmentMetadataUpdate(other, 1, None, S.COPY_SEGMENT_FINISHED, 1)
+        )
 
 
 def test_segment_state_byte_ids_are_kafkas() -> None:
     assert [s.id for s in S] == [0, 1, 2, 3]
-    assert [s.name for s in S] == ["COPY_SEGMENT_STARTED", "COPY_SEGMENT_FINISHED",
-                                   "DELETE_SEGMENT_STARTED", "DELETE_SEGMENT_FINISHED"]
+    assert [s.name for s in S] == [
+        "COPY_SEGMENT_STARTED",
+        "COPY_SEGMENT_FINISHED",
+        "DELETE_SEGMENT_STARTED",
+        "DELETE_SEGMENT_FINISHED",
+    ]
     assert [s.id for s in P] == [0, 1, 2]
     assert S.for_id(2) is S.DELETE_SEGMENT_STARTED
     with pytest.raises(InvalidArgumentError, match="unknown RemoteLogSegmentState id 4"):
@@ -213,7 +237,10 @@ def test_topic_id_partition_keeps_its_hash_and_pickles_across_hash_seeds() -> No
     )
     for seed in ("1", "2"):
         done = subprocess.run(
-            [sys.executable, "-c", script], input=pickle.dumps(tip), capture_output=True,
-            env={"PYTHONHASHSEED": seed, "PATH": ""}, check=True,
+            [sys.executable, "-c", script],
+            input=pickle.dumps(tip),
+            capture_output=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+            check=True,
         )
         assert done.stdout.decode().strip() == "found"

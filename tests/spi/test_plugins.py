@@ -47,10 +47,12 @@ GOOD_PLUGIN = """
 def test_builtins_are_registered_through_the_same_hooks() -> None:
     registry = PluginRegistry(only=[])
     assert registry.storage_managers["local"].class_path == (
-        "tierlog.storage.local:LocalTieredStorage")
+        "tierlog.storage.local:LocalTieredStorage"
+    )
     assert registry.storage_managers["local"].distribution == "tierlog"
     assert registry.metadata_managers["embedded"].class_path == (
-        "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager")
+        "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager"
+    )
     assert registry.failures == []
 
 
@@ -59,23 +61,33 @@ def test_third_party_plugin_found_by_entry_point(make_dist: MakeDist) -> None:
     registry = PluginRegistry()
     info = registry.storage_managers["good"]
     assert (info.kind, info.distribution, info.version, info.plugin) == (
-        "rsm", "tierlog-good", "1.2.3", "good")
+        "rsm",
+        "tierlog-good",
+        "1.2.3",
+        "good",
+    )
     assert info.class_path == "tl_good_plugin:GoodStorage"
     assert issubclass(registry.storage_manager_class("good"), RemoteStorageManager)
 
 
 def test_loading_is_lazy(make_dist: MakeDist) -> None:
-    make_dist("tierlog-lazy", {"lazy": "tl_lazy_plugin"},
-              {"tl_lazy_plugin": "raise RuntimeError('imported too early')\n"})
+    make_dist(
+        "tierlog-lazy",
+        {"lazy": "tl_lazy_plugin"},
+        {"tl_lazy_plugin": "raise RuntimeError('imported too early')\n"},
+    )
     registry = PluginRegistry()  # constructing must not import anything
     assert registry.failures  # first query imports, and the failure is recorded
 
 
-def test_broken_plugin_is_reported_and_skipped(make_dist: MakeDist,
-                                               caplog: pytest.LogCaptureFixture) -> None:
-    make_dist("tierlog-broken", {"broken": "tl_broken_plugin", "good": "tl_good_plugin2"},
-              {"tl_broken_plugin": "import does_not_exist_anywhere\n",
-               "tl_good_plugin2": GOOD_PLUGIN})
+def test_broken_plugin_is_reported_and_skipped(
+    make_dist: MakeDist, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_dist(
+        "tierlog-broken",
+        {"broken": "tl_broken_plugin", "good": "tl_good_plugin2"},
+        {"tl_broken_plugin": "import does_not_exist_anywhere\n", "tl_good_plugin2": GOOD_PLUGIN},
+    )
     registry = PluginRegistry()
     assert "good" in registry.storage_managers
     (failure,) = registry.failures
@@ -84,18 +96,25 @@ def test_broken_plugin_is_reported_and_skipped(make_dist: MakeDist,
     assert "broken" in caplog.text
 
 
-def test_strict_mode_makes_a_broken_plugin_an_error(make_dist: MakeDist,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    make_dist("tierlog-broken2", {"broken2": "tl_broken_plugin2"},
-              {"tl_broken_plugin2": "import does_not_exist_anywhere\n"})
+def test_strict_mode_makes_a_broken_plugin_an_error(
+    make_dist: MakeDist, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_dist(
+        "tierlog-broken2",
+        {"broken2": "tl_broken_plugin2"},
+        {"tl_broken_plugin2": "import does_not_exist_anywhere\n"},
+    )
     monkeypatch.setenv("TIERLOG_STRICT_PLUGINS", "1")
     with pytest.raises(PluginError, match=r"broken2.*does_not_exist_anywhere"):
         _ = PluginRegistry().storage_managers
 
 
 def test_allow_list_by_environment(make_dist: MakeDist, monkeypatch: pytest.MonkeyPatch) -> None:
-    make_dist("tierlog-two", {"one": "tl_one", "two": "tl_two"},
-              {"tl_one": GOOD_PLUGIN, "tl_two": "raise SystemError('must not load')\n"})
+    make_dist(
+        "tierlog-two",
+        {"one": "tl_one", "two": "tl_two"},
+        {"tl_one": GOOD_PLUGIN, "tl_two": "raise SystemError('must not load')\n"},
+    )
     monkeypatch.setenv("TIERLOG_LOAD_PLUGINS", "one")
     registry = PluginRegistry()
     assert "good" in registry.storage_managers and "local" in registry.storage_managers
@@ -103,19 +122,29 @@ def test_allow_list_by_environment(make_dist: MakeDist, monkeypatch: pytest.Monk
 
 
 def test_misspelled_hook_is_refused(make_dist: MakeDist) -> None:
-    make_dist("tierlog-typo", {"typo": "tl_typo"}, {"tl_typo": """
+    make_dist(
+        "tierlog-typo",
+        {"typo": "tl_typo"},
+        {
+            "tl_typo": """
         from tierlog import hookimpl
 
         @hookimpl
         def tierlog_register_storage_manager(register):
             pass
-    """})
+    """
+        },
+    )
     (failure,) = PluginRegistry().failures
     assert failure.plugin == "typo" and "tierlog_register_storage_manager" in failure.error
 
 
 def test_name_conflict_is_reported_first_wins(make_dist: MakeDist) -> None:
-    make_dist("tierlog-dup", {"dup": "tl_dup"}, {"tl_dup": """
+    make_dist(
+        "tierlog-dup",
+        {"dup": "tl_dup"},
+        {
+            "tl_dup": """
         from tierlog import hookimpl
         from tierlog.storage.local import LocalTieredStorage
 
@@ -125,22 +154,31 @@ def test_name_conflict_is_reported_first_wins(make_dist: MakeDist) -> None:
         @hookimpl
         def tierlog_register_storage_managers(register):
             register("local", Impostor)
-    """})
+    """
+        },
+    )
     registry = PluginRegistry()
     assert registry.storage_managers["local"].class_path == (
-        "tierlog.storage.local:LocalTieredStorage")
+        "tierlog.storage.local:LocalTieredStorage"
+    )
     (failure,) = registry.failures
     assert "already registered" in failure.error
 
 
 def test_registering_a_non_plugin_class_is_reported(make_dist: MakeDist) -> None:
-    make_dist("tierlog-wrong", {"wrong": "tl_wrong"}, {"tl_wrong": """
+    make_dist(
+        "tierlog-wrong",
+        {"wrong": "tl_wrong"},
+        {
+            "tl_wrong": """
         from tierlog import hookimpl
 
         @hookimpl
         def tierlog_register_metadata_managers(register):
             register("wrong", dict)
-    """})
+    """
+        },
+    )
     registry = PluginRegistry()
     assert "wrong" not in registry.metadata_managers
     assert "not a RemoteLogMetadataManager" in registry.failures[0].error
@@ -149,7 +187,8 @@ def test_registering_a_non_plugin_class_is_reported(make_dist: MakeDist) -> None
 def test_select_by_class_path() -> None:
     registry = PluginRegistry(only=[])
     cls = registry.metadata_manager_class(
-        "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager")
+        "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager"
+    )
     assert issubclass(cls, RemoteLogMetadataManager)
     assert class_path(cls) == "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager"
 
@@ -161,8 +200,10 @@ def test_select_by_class_path() -> None:
         ("no_such_module_x:Foo", "cannot import module 'no_such_module_x'"),
         ("tierlog.spi:NoSuchClass", "has no 'NoSuchClass'"),
         ("tierlog.spi:Uuid", "not a subclass of RemoteStorageManager"),
-        ("tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager",
-         "not a subclass of RemoteStorageManager"),
+        (
+            "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager",
+            "not a subclass of RemoteStorageManager",
+        ),
     ],
 )
 def test_selection_errors_name_the_problem(name: str, message: str) -> None:
@@ -179,8 +220,7 @@ def test_in_process_plugin_registration() -> None:
 
     class Plugin:
         @hookimpl
-        def tierlog_register_storage_managers(self, register: Callable[[str, type], None]
-                                              ) -> None:
+        def tierlog_register_storage_managers(self, register: Callable[[str, type], None]) -> None:
             register("mine", Mine)
 
     registry = PluginRegistry(only=[])
@@ -189,7 +229,11 @@ def test_in_process_plugin_registration() -> None:
 
 
 def test_abstract_class_is_refused_naming_missing_methods(make_dist: MakeDist) -> None:
-    make_dist("tierlog-half", {"half": "tl_half"}, {"tl_half": """
+    make_dist(
+        "tierlog-half",
+        {"half": "tl_half"},
+        {
+            "tl_half": """
         from tierlog import hookimpl
         from tierlog.spi import RemoteStorageManager
 
@@ -200,7 +244,9 @@ def test_abstract_class_is_refused_naming_missing_methods(make_dist: MakeDist) -
         @hookimpl
         def tierlog_register_storage_managers(register):
             register("half", Half)
-    """})
+    """
+        },
+    )
     registry = PluginRegistry()
     assert "half" not in registry.storage_managers
     (failure,) = registry.failures
@@ -210,7 +256,11 @@ def test_abstract_class_is_refused_naming_missing_methods(make_dist: MakeDist) -
 
 
 def test_a_plugin_registers_all_or_nothing(make_dist: MakeDist) -> None:
-    make_dist("tierlog-mixed", {"mixed": "tl_mixed"}, {"tl_mixed": """
+    make_dist(
+        "tierlog-mixed",
+        {"mixed": "tl_mixed"},
+        {
+            "tl_mixed": """
         from tierlog import hookimpl
         from tierlog.storage.local import LocalTieredStorage
 
@@ -221,7 +271,9 @@ def test_a_plugin_registers_all_or_nothing(make_dist: MakeDist) -> None:
         def tierlog_register_storage_managers(register):
             register("fine", Fine)
             register("bad", object)
-    """})
+    """
+        },
+    )
     registry = PluginRegistry()
     assert "fine" not in registry.storage_managers
     assert "not a RemoteStorageManager" in registry.failures[0].error
@@ -238,8 +290,9 @@ def test_entry_point_name_already_taken_is_reported(make_dist: MakeDist) -> None
 def test_strict_mode_keeps_failing_instead_of_half_loading(
     make_dist: MakeDist, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    make_dist("tierlog-broken3", {"broken3": "tl_broken3"},
-              {"tl_broken3": "raise RuntimeError('boom')\n"})
+    make_dist(
+        "tierlog-broken3", {"broken3": "tl_broken3"}, {"tl_broken3": "raise RuntimeError('boom')\n"}
+    )
     registry = PluginRegistry(strict=True)
     for _ in range(2):
         with pytest.raises(PluginError, match="boom"):

@@ -46,12 +46,20 @@ KAFKA_PARTITION_DIR = re.compile(r"([a-zA-Z0-9._-]+)-(\d+)-([a-zA-Z0-9_-]{22})")
 
 
 def metadata_for(
-    tip: TopicIdPartition = TIP, segment_id: Uuid = SEGMENT_ID, start_offset: int = 11,
+    tip: TopicIdPartition = TIP,
+    segment_id: Uuid = SEGMENT_ID,
+    start_offset: int = 11,
     size: int = 0,
 ) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tip, segment_id), start_offset, start_offset + 10, 1000, 0, 1000,
-        size, {0: start_offset},
+        RemoteLogSegmentId(tip, segment_id),
+        start_offset,
+        start_offset + 10,
+        1000,
+        0,
+        1000,
+        size,
+        {0: start_offset},
     )
 
 
@@ -90,8 +98,14 @@ def test_layout_matches_kafka_naming_exactly(
     prefix = "00000000000000000011-bCqX9U--S-6U8XUM9II25Q"
     assert listing(partition_dir) == sorted(
         prefix + suffix
-        for suffix in (".log", ".index", ".timeindex", ".txnindex", ".leader_epoch_checkpoint",
-                       ".snapshot")
+        for suffix in (
+            ".log",
+            ".index",
+            ".timeindex",
+            ".txnindex",
+            ".leader_epoch_checkpoint",
+            ".snapshot",
+        )
     )
     assert KAFKA_PARTITION_DIR.fullmatch(partition_dir.name)
     assert all(KAFKA_FILENAME.fullmatch(name) for name in listing(partition_dir))
@@ -127,8 +141,13 @@ def test_reads_a_directory_laid_out_by_kafka(store_dir: Path) -> None:
     partition_dir = store_dir / ROOT_STORAGE_DIR_NAME / "topic-0-LWgrMmVrT0a__7a4SasuPA"
     partition_dir.mkdir(parents=True)
     prefix = "00000000000000000011-bCqX9U--S-6U8XUM9II25Q"
-    contents = {".log": b"records", ".index": b"offset", ".timeindex": b"time",
-                ".leader_epoch_checkpoint": b"0\n2\n0 0\n2 12", ".snapshot": b"pid"}
+    contents = {
+        ".log": b"records",
+        ".index": b"offset",
+        ".timeindex": b"time",
+        ".leader_epoch_checkpoint": b"0\n2\n0 0\n2 12",
+        ".snapshot": b"pid",
+    }
     for suffix, content in contents.items():
         (partition_dir / (prefix + suffix)).write_bytes(content)
     with LocalTieredStorage() as rsm:
@@ -137,7 +156,8 @@ def test_reads_a_directory_laid_out_by_kafka(store_dir: Path) -> None:
         assert read_stream(rsm.fetch_log_segment(metadata_for(), 2, 4)) == b"cor"
         assert read_stream(rsm.fetch_index(metadata_for(), IndexType.TIMESTAMP)) == b"time"
         assert read_stream(rsm.fetch_index(metadata_for(), IndexType.LEADER_EPOCH)) == (
-            b"0\n2\n0 0\n2 12")
+            b"0\n2\n0 0\n2 12"
+        )
         with pytest.raises(RemoteResourceNotFoundException, match="TRANSACTION index"):
             rsm.fetch_index(metadata_for(), IndexType.TRANSACTION)
 
@@ -154,6 +174,7 @@ def test_copy_without_sendfile_streams_through_a_buffer(
 ) -> None:
     """Where ``sendfile`` refuses the source (a pipe, some file systems), the copy falls back
     to a 1 MiB buffer and the bytes are the same."""
+
     def no_sendfile(*args: object) -> int:
         raise OSError(errno.EINVAL, "sendfile not supported here")
 
@@ -212,6 +233,7 @@ def test_a_full_disk_is_not_retriable_but_a_busy_file_is(
     from tierlog.spi import RetriableRemoteStorageException
 
     for code, retriable in ((errno.ENOSPC, False), (errno.EAGAIN, True)):
+
         def fail(fd: int, code: int = code) -> None:
             raise OSError(code, os.strerror(code))
 
@@ -275,13 +297,26 @@ def test_crash_during_a_retry_keeps_the_old_object_intact(
 
     d = second.data
     args = {
-        "dir": str(store_dir), "where": where, "topic_id": str(TOPIC_ID),
-        "segment_id": str(SEGMENT_ID), "epochs": d.leader_epoch_index.decode(),
-        "paths": [str(d.log_segment), str(d.offset_index), str(d.time_index),
-                  str(d.transaction_index), str(d.producer_snapshot_index)],
+        "dir": str(store_dir),
+        "where": where,
+        "topic_id": str(TOPIC_ID),
+        "segment_id": str(SEGMENT_ID),
+        "epochs": d.leader_epoch_index.decode(),
+        "paths": [
+            str(d.log_segment),
+            str(d.offset_index),
+            str(d.time_index),
+            str(d.transaction_index),
+            str(d.producer_snapshot_index),
+        ],
     }
-    child = subprocess.run([sys.executable, "-c", _CRASH_CHILD, json.dumps(args)],
-                           capture_output=True, text=True, timeout=60, check=False)
+    child = subprocess.run(
+        [sys.executable, "-c", _CRASH_CHILD, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert child.returncode == -9, child.stderr
 
     with LocalTieredStorage() as rsm:
@@ -291,8 +326,7 @@ def test_crash_during_a_retry_keeps_the_old_object_intact(
         temps = [n for n in listing(partition_dir) if n.endswith(".tmp")]
         assert len(temps) == 1 and temps[0].startswith(".")
         temp_size = (partition_dir / temps[0]).stat().st_size
-        assert temp_size == (len(second.segment) if where == "rename"
-                             else len(second.segment) // 2)
+        assert temp_size == (len(second.segment) if where == "rename" else len(second.segment) // 2)
         finals = [n for n in listing(partition_dir) if not n.startswith(".")]
         assert all(KAFKA_FILENAME.fullmatch(n) for n in finals)
 
@@ -328,8 +362,9 @@ def test_delete_partition_removes_its_directory(
     storage: LocalTieredStorage, segments: SegmentFactory
 ) -> None:
     for i in range(3):
-        storage.copy_log_segment_data(metadata_for(segment_id=Uuid.random(), start_offset=i),
-                                      segments.create().data)
+        storage.copy_log_segment_data(
+            metadata_for(segment_id=Uuid.random(), start_offset=i), segments.create().data
+        )
     directory = storage.storage_directory / storage.partition_directory_name(TIP)
     assert len(listing(directory)) == 18
     storage.delete_partition(TIP)
@@ -384,8 +419,7 @@ def test_missing_dir_is_a_config_error_naming_the_key(config: dict[str, str]) ->
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("delete.on.close", "yes"), ("delete.enable", "0"), ("node.id", "one"),
-     ("broker.id", "1.5")],
+    [("delete.on.close", "yes"), ("delete.enable", "0"), ("node.id", "one"), ("broker.id", "1.5")],
 )
 def test_malformed_values_name_the_key(store_dir: Path, key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(key)):
@@ -490,8 +524,9 @@ def test_short_names_keep_kafka_naming(storage: LocalTieredStorage) -> None:
     assert storage.partition_directory_name(tip) == "t" * 200 + f"-7-{TOPIC_ID}"
 
 
-@pytest.mark.parametrize("topic", ["../x", "a/b", "/abs", "a\\b", "a\x00b", ".", "..", "",
-                                   "тема", "t" * 250, "a b"])
+@pytest.mark.parametrize(
+    "topic", ["../x", "a/b", "/abs", "a\\b", "a\x00b", ".", "..", "", "тема", "t" * 250, "a b"]
+)
 def test_illegal_topic_names_are_refused(storage: LocalTieredStorage, topic: str) -> None:
     with pytest.raises(InvalidArgumentError):
         storage.partition_directory_name(TopicIdPartition(TOPIC_ID, topic, 0))
@@ -523,7 +558,10 @@ def test_a_subclass_needs_no_config_to_run_the_suite(pytester: pytest.Pytester) 
         """
     )
     result = pytester.runpytest_inprocess(
-        "-q", "-p", "no:cacheprovider", "-k",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
         "copy_retry or fetch_range or delete_twice or share_the_store",
     )
     outcomes = result.parseoutcomes()

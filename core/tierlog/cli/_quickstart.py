@@ -260,25 +260,48 @@ class QuickstartResult:
 
         per_fetch = self.rsm_reads / self.remote_fetches if self.remote_fetches else 0.0
         rows = [
-            ("records written", f"{self.records_written:,} x {self.record_bytes} B values "
-             f"in {self.partitions} partition(s)"),
-            ("MiB written", f"{self.bytes_written / MIB:.1f} MiB in {self.produce_s:.1f} s "
-             f"({rate(self.bytes_written, self.produce_s)})"),
-            ("segments tiered", f"{self.segments_tiered} ({self.bytes_tiered / MIB:.1f} MiB); "
-             f"local log cut: {'yes' if self.local_log_cut else 'NO'} "
-             f"({self.tier_wait_s:.1f} s after the last write)"),
-            ("copy throughput", f"{rate(self.bytes_tiered, self.copy_window_s)} over the "
-             f"{self.copy_window_s:.1f} s copy window "
-             f"({rate(self.bytes_tiered, self.copy_busy_s)} in RSM copies)"),
-            ("records verified", f"{self.records_verified:,} of {self.records_written:,} "
-             f"in {self.consume_s:.1f} s"),
-            ("remote reads", f"{self.remote_fetches} fetches, "
-             f"{self.remote_bytes_read / MIB:.1f} MiB, "
-             f"{rate(self.remote_bytes_read, self.remote_read_s)}"),
-            ("RSM requests/fetch", f"{per_fetch:.2f} ({self.rsm_segment_reads} segment reads + "
-             f"{self.rsm_index_fetches} index fetches for {self.remote_fetches} remote fetches)"),
-            ("segments expired", f"{self.segments_expired} (retention.bytes="
-             f"{self.retention_bytes}; {self.expired_records:,} records before the log start)"),
+            (
+                "records written",
+                f"{self.records_written:,} x {self.record_bytes} B values "
+                f"in {self.partitions} partition(s)",
+            ),
+            (
+                "MiB written",
+                f"{self.bytes_written / MIB:.1f} MiB in {self.produce_s:.1f} s "
+                f"({rate(self.bytes_written, self.produce_s)})",
+            ),
+            (
+                "segments tiered",
+                f"{self.segments_tiered} ({self.bytes_tiered / MIB:.1f} MiB); "
+                f"local log cut: {'yes' if self.local_log_cut else 'NO'} "
+                f"({self.tier_wait_s:.1f} s after the last write)",
+            ),
+            (
+                "copy throughput",
+                f"{rate(self.bytes_tiered, self.copy_window_s)} over the "
+                f"{self.copy_window_s:.1f} s copy window "
+                f"({rate(self.bytes_tiered, self.copy_busy_s)} in RSM copies)",
+            ),
+            (
+                "records verified",
+                f"{self.records_verified:,} of {self.records_written:,} in {self.consume_s:.1f} s",
+            ),
+            (
+                "remote reads",
+                f"{self.remote_fetches} fetches, "
+                f"{self.remote_bytes_read / MIB:.1f} MiB, "
+                f"{rate(self.remote_bytes_read, self.remote_read_s)}",
+            ),
+            (
+                "RSM requests/fetch",
+                f"{per_fetch:.2f} ({self.rsm_segment_reads} segment reads + "
+                f"{self.rsm_index_fetches} index fetches for {self.remote_fetches} remote fetches)",
+            ),
+            (
+                "segments expired",
+                f"{self.segments_expired} (retention.bytes="
+                f"{self.retention_bytes}; {self.expired_records:,} records before the log start)",
+            ),
         ]
         for p in self.final:
             rows.append(
@@ -292,9 +315,7 @@ class QuickstartResult:
         rows.append(("wall time", f"{self.wall_s:.1f} s"))
         width = max(len(name) for name, _ in rows)
         verdict = (
-            "quickstart OK: every record read back exactly"
-            if self.ok
-            else "quickstart FAILED"
+            "quickstart OK: every record read back exactly" if self.ok else "quickstart FAILED"
         )
         lines = [verdict, ""]
         lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]
@@ -304,9 +325,7 @@ class QuickstartResult:
         lines += [f"  {line}" for line in self.config_text.splitlines() if line.strip()]
         lines.append("")
         if self.kept:
-            lines.append(
-                f"Rerun this node with: tierlog serve --config {self.config_path}"
-            )
+            lines.append(f"Rerun this node with: tierlog serve --config {self.config_path}")
         else:
             lines.append(f"{self.directory} was removed (--clean).")
         return "\n".join(lines)

@@ -45,9 +45,7 @@ def require(capability: Capability, name: str) -> None:
         return
     if isinstance(capability, Unsupported):
         pytest.skip(f"{name} not supported: {capability.reason}")
-    raise TypeError(
-        f"capability {name} must be True or Unsupported('reason'), got {capability!r}"
-    )
+    raise TypeError(f"capability {name} must be True or Unsupported('reason'), got {capability!r}")
 
 
 def parse_config_options(values: list[str] | None) -> dict[str, str] | None:

@@ -157,9 +157,7 @@ class RecordingObserver:
         bytes_received: int = 0,
     ) -> None:
         with self._lock:
-            self._requests.append(
-                ObservedRequest(operation, outcome, bytes_sent, bytes_received)
-            )
+            self._requests.append(ObservedRequest(operation, outcome, bytes_sent, bytes_received))
 
     @property
     def requests(self) -> list[ObservedRequest]:
@@ -235,7 +233,7 @@ class StreamSource(io.RawIOBase):
         if n <= 0:
             return b""
         if self._data is not None:
-            chunk = bytes(self._data[self.position: self.position + n])
+            chunk = bytes(self._data[self.position : self.position + n])
         else:
             chunk = self._random.randbytes(n)
         self.position += n
@@ -271,8 +269,7 @@ def _mismatch(got: bytes, expected: bytes) -> str:
         described = f"{len(got)} bytes, expected {len(expected)}"
     else:
         described = f"{len(got)} bytes as expected, but different"
-    first = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b),
-                 None)
+    first = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), None)
     if first is not None:
         described += f"; first difference at byte {first}"
     return described
@@ -398,9 +395,7 @@ class ObjectStoreBackendSuite(SuiteBase):
 
     # Helpers ------------------------------------------------------------------------------------
     @staticmethod
-    def put(
-        backend: ObjectStoreBackend, key: str, data: bytes, *, known_size: bool = True
-    ) -> None:
+    def put(backend: ObjectStoreBackend, key: str, data: bytes, *, known_size: bool = True) -> None:
         """Upload ``data`` under ``key`` from a non-seekable ``StreamSource``."""
         source = StreamSource(len(data), data=data)
         backend.upload(key, _as_binary(source), len(data) if known_size else None)
@@ -522,9 +517,7 @@ class ObjectStoreBackendSuite(SuiteBase):
         )
 
     @pytest.mark.parametrize("case", list(_RANGES))
-    def test_ranged_get(
-        self, backend: ObjectStoreBackend, key_prefix: str, case: str
-    ) -> None:
+    def test_ranged_get(self, backend: ObjectStoreBackend, key_prefix: str, case: str) -> None:
         """``get(key, start, end)`` gives bytes ``start..end`` **inclusive**.
 
         No end means to the end; an end past the end is clamped; a start at or past the end
@@ -538,7 +531,7 @@ class ObjectStoreBackendSuite(SuiteBase):
         key = f"{key_prefix}ranged/object.log"
         self.put(backend, key, data)
         start, end = _RANGES[case](size)
-        expected = data[start: size if end is None else end + 1]
+        expected = data[start : size if end is None else end + 1]
         got = read_stream(backend.get(key, start, end))
         assert got == expected, (
             f"get({start}, {end}) of a {size}-byte object returned {_mismatch(got, expected)}"
@@ -565,23 +558,26 @@ class ObjectStoreBackendSuite(SuiteBase):
         key = f"{key_prefix}parts/object.log"
         self.put(backend, key, data)
         ranges: list[tuple[int, int | None]] = [
-            (0, p - 1), (p - 1, p), (p - 100, p + 99), (p, 2 * p - 1), (p + 1, 2 * p),
-            (2 * p - 5, None), (size - 1, size - 1), (size - 3, size + 3),
+            (0, p - 1),
+            (p - 1, p),
+            (p - 100, p + 99),
+            (p, 2 * p - 1),
+            (p + 1, 2 * p),
+            (2 * p - 5, None),
+            (size - 1, size - 1),
+            (size - 3, size + 3),
         ]
         wrong = []
         for start, end in ranges:
-            expected = data[start: size if end is None else end + 1]
+            expected = data[start : size if end is None else end + 1]
             got = read_stream(backend.get(key, start, end))
             if got != expected:
                 wrong.append(f"get({start}, {end}): {_mismatch(got, expected)}")
         assert not wrong, (
-            f"ranges of a {size}-byte object uploaded in {p}-byte parts differ: "
-            + "; ".join(wrong)
+            f"ranges of a {size}-byte object uploaded in {p}-byte parts differ: " + "; ".join(wrong)
         )
 
-    def test_empty_object_reads_empty(
-        self, backend: ObjectStoreBackend, key_prefix: str
-    ) -> None:
+    def test_empty_object_reads_empty(self, backend: ObjectStoreBackend, key_prefix: str) -> None:
         """A zero-byte object exists (``head`` size 0, listed) and every range of it is empty.
 
         The RSM stores an empty segment's data object (Kafka copies empty segments). To fix:
@@ -615,7 +611,7 @@ class ObjectStoreBackendSuite(SuiteBase):
                 first = stream.read(1)
             finally:
                 stream.close()
-            assert first == data[i: i + 1], f"get({key!r}, {i}) started with {first!r}"
+            assert first == data[i : i + 1], f"get({key!r}, {i}) started with {first!r}"
         self.assert_object(backend, key, data)
 
     # Missing objects ----------------------------------------------------------------------------
@@ -637,9 +633,7 @@ class ObjectStoreBackendSuite(SuiteBase):
         with pytest.raises(_NOT_FOUND):
             read_stream(backend.get(f"{key_prefix}missing/object.log", start, end))
 
-    def test_head_missing_returns_none(
-        self, backend: ObjectStoreBackend, key_prefix: str
-    ) -> None:
+    def test_head_missing_returns_none(self, backend: ObjectStoreBackend, key_prefix: str) -> None:
         """``head`` of a key that does not exist returns ``None``, also when a longer key with
         that prefix exists.
 
@@ -663,9 +657,7 @@ class ObjectStoreBackendSuite(SuiteBase):
         self.assert_missing(backend, key)
         assert self.listed(backend, f"{key_prefix}delete/") == []
 
-    def test_delete_missing_succeeds(
-        self, backend: ObjectStoreBackend, key_prefix: str
-    ) -> None:
+    def test_delete_missing_succeeds(self, backend: ObjectStoreBackend, key_prefix: str) -> None:
         """Deleting a key that never existed returns normally (delete is idempotent).
 
         The RSM deletes what a failed copy may not have written. To fix: swallow "not found"
@@ -707,8 +699,9 @@ class ObjectStoreBackendSuite(SuiteBase):
         keys = [f"{key_prefix}many/{name}" for name in ("a.log", "b.log", "c.log", "d.log")]
         for i, key in enumerate(keys):
             self.put(backend, key, bytes([i]) * (i + 1))
-        backend.delete([keys[0], f"{key_prefix}many/missing-1", keys[2],
-                        f"{key_prefix}missing-2/x"])
+        backend.delete(
+            [keys[0], f"{key_prefix}many/missing-1", keys[2], f"{key_prefix}missing-2/x"]
+        )
         self.assert_missing(backend, keys[0])
         self.assert_missing(backend, keys[2])
         self.assert_object(backend, keys[1], b"\x01\x01")
@@ -792,7 +785,14 @@ class ObjectStoreBackendSuite(SuiteBase):
         )
 
     _NESTED_KEYS: ClassVar[Sequence[str]] = (
-        "a/b/c", "a/b/d/e", "a/bc", "a/b-", "a/b0", "ab", "a/x/y", "b/a/b/c",
+        "a/b/c",
+        "a/b/d/e",
+        "a/bc",
+        "a/b-",
+        "a/b0",
+        "ab",
+        "a/x/y",
+        "b/a/b/c",
     )
     _NESTED_CASES: ClassVar[Mapping[str, str]] = {
         "directory": "a/b/",
@@ -903,7 +903,7 @@ class ObjectStoreBackendSuite(SuiteBase):
             assert got == data, f"get({key!r}) returned {_mismatch(got, data)}"
             mid = len(data) // 2
             got = read_stream(backend.get(key, mid - 5, mid + 5))
-            assert got == data[mid - 5: mid + 6], f"get({key!r}, {mid - 5}, {mid + 5}) differs"
+            assert got == data[mid - 5 : mid + 6], f"get({key!r}, {mid - 5}, {mid + 5}) differs"
 
         with ThreadPoolExecutor(self.concurrency) as pool:
             list(pool.map(upload, contents.items()))
@@ -933,9 +933,7 @@ class ObjectStoreBackendSuite(SuiteBase):
         key = f"{key_prefix}race/object.log"
         versions = [
             StreamSource.generated(size, seed=200 + i)
-            for i, size in enumerate(
-                (3000, 7001, upload_settings.multipart_threshold + 1, 12_000)
-            )
+            for i, size in enumerate((3000, 7001, upload_settings.multipart_threshold + 1, 12_000))
         ]
         done = threading.Event()
         seen: list[str] = []
@@ -1085,11 +1083,18 @@ class ObjectStoreBackendSuite(SuiteBase):
 
         (got_digest, got_size), get_peak = _measure_peak(read_back)
         request.node.user_properties.extend(
-            [("large_object_bytes", size), ("upload_peak_bytes", upload_peak),
-             ("get_peak_bytes", get_peak)]
+            [
+                ("large_object_bytes", size),
+                ("upload_peak_bytes", upload_peak),
+                ("get_peak_bytes", get_peak),
+            ]
         )
-        log.info("large object of %.1f MiB: upload peak %.2f MiB, get peak %.2f MiB",
-                 size / MiB, upload_peak / MiB, get_peak / MiB)
+        log.info(
+            "large object of %.1f MiB: upload peak %.2f MiB, get peak %.2f MiB",
+            size / MiB,
+            upload_peak / MiB,
+            get_peak / MiB,
+        )
         assert got_size == size, f"read back {got_size} bytes of a {size}-byte object"
         assert got_digest == source.sha256.hexdigest(), "the object read back differs"
         assert upload_peak < memory_limit, (
@@ -1140,8 +1145,9 @@ class ObjectStoreBackendSuite(SuiteBase):
             )
             return taken
 
-        def only(taken: list[ObservedRequest], operations: frozenset[str], outcome: str,
-                 name: str) -> None:
+        def only(
+            taken: list[ObservedRequest], operations: frozenset[str], outcome: str, name: str
+        ) -> None:
             wrong = [r for r in taken if r.operation not in operations or r.outcome != outcome]
             assert not wrong, f"{name} reported {wrong}; expected {sorted(operations)} {outcome}"
 
@@ -1166,8 +1172,7 @@ class ObjectStoreBackendSuite(SuiteBase):
 
         taken = step("get of a missing key", get_missing)
         only(taken, frozenset({"get"}), "not_found", "get of a missing key")
-        only(step("delete", lambda: backend.delete([key])), frozenset({"delete"}), "ok",
-             "delete")
+        only(step("delete", lambda: backend.delete([key])), frozenset({"delete"}), "ok", "delete")
         taken = step("delete of a missing key", lambda: backend.delete([missing]))
         wrong = [r for r in taken if r.operation != "delete" or r.outcome == "error"]
         assert not wrong, f"a delete of a missing key reported {wrong}"
@@ -1191,8 +1196,9 @@ class ObjectStoreBackendSuite(SuiteBase):
         size = s.multipart_threshold + 2 * s.part_size + 1
         parts = math.ceil(size / s.part_size)
         observer.take()
-        self.put(backend, f"{key_prefix}observed-parts/object.log",
-                 StreamSource.generated(size, seed=23))
+        self.put(
+            backend, f"{key_prefix}observed-parts/object.log", StreamSource.generated(size, seed=23)
+        )
         taken = observer.take()
         self._check_reported(taken)
         wrong = [r for r in taken if r.operation not in _UPLOAD_OPERATIONS or r.outcome != "ok"]
@@ -1213,4 +1219,3 @@ class ObjectStoreBackendSuite(SuiteBase):
         """
         backend.close()
         backend.close()
-

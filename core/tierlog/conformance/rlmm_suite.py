@@ -468,9 +468,7 @@ def _raises_not_found(call: Callable[[], object], what: str, patience_s: float =
         )
 
 
-def _expect_error(
-    exc: Exception | None, kind: type[Exception], what: str, why: str
-) -> None:
+def _expect_error(exc: Exception | None, kind: type[Exception], what: str, why: str) -> None:
     if exc is None:
         raise AssertionError(f"{what} succeeded; it must raise {kind.__name__}: {why}")
     if not isinstance(exc, kind):
@@ -609,11 +607,7 @@ def _segment_specs(draw: st.DrawFn) -> dict[str, Any]:
     for _ in range(n_epochs - 1):
         epoch_numbers.append(epoch_numbers[-1] + draw(st.integers(1, 2)))
     later_starts = sorted(
-        draw(
-            st.sets(
-                st.integers(start + 1, end), min_size=n_epochs - 1, max_size=n_epochs - 1
-            )
-        )
+        draw(st.sets(st.integers(start + 1, end), min_size=n_epochs - 1, max_size=n_epochs - 1))
         if n_epochs > 1
         else set()
     )
@@ -738,9 +732,7 @@ def _build_state_machine(
                 _expect_error(exc, ValueError, what, "an update may not be COPY_SEGMENT_STARTED")
                 return
             if not self.model[tip].knows(metadata.remote_log_segment_id):
-                _expect_error(
-                    exc, RemoteResourceNotFoundException, what, "the segment is unknown"
-                )
+                _expect_error(exc, RemoteResourceNotFoundException, what, "the segment is unknown")
                 return
             if exc is not None:
                 raise AssertionError(
@@ -756,7 +748,10 @@ def _build_state_machine(
             unknown_update=st.booleans(),
         )
         def rejected_write(
-            self, p: int, spec: dict[str, Any], state: RemoteLogSegmentState,
+            self,
+            p: int,
+            spec: dict[str, Any],
+            state: RemoteLogSegmentState,
             unknown_update: bool,
         ) -> None:
             """An add in a state other than STARTED (ValueError), or an update of a segment
@@ -770,18 +765,34 @@ def _build_state_machine(
                 exc = self.harness.outcome(
                     lambda: self.harness.rlmm.update_remote_log_segment_metadata(upd)
                 )
-                _expect_error(exc, RemoteResourceNotFoundException,
-                              "update of an unknown segment", "the segment was never added")
+                _expect_error(
+                    exc,
+                    RemoteResourceNotFoundException,
+                    "update of an unknown segment",
+                    "the segment was never added",
+                )
                 return
             metadata = RemoteLogSegmentMetadata(
-                segment_id, spec["start"], spec["end"], -1, 0,
-                _now_ms(), spec["size"], spec["epochs"], None, state,
+                segment_id,
+                spec["start"],
+                spec["end"],
+                -1,
+                0,
+                _now_ms(),
+                spec["size"],
+                spec["epochs"],
+                None,
+                state,
             )
             exc = self.harness.outcome(
                 lambda: self.harness.rlmm.add_remote_log_segment_metadata(metadata)
             )
-            _expect_error(exc, ValueError, f"add in state {state.name}",
-                          "a new segment must be COPY_SEGMENT_STARTED")
+            _expect_error(
+                exc,
+                ValueError,
+                f"add in state {state.name}",
+                "a new segment must be COPY_SEGMENT_STARTED",
+            )
 
         @precondition(lambda self: deletes)
         @rule(p=st.integers(0, 2), state=st.sampled_from(RemotePartitionDeleteState))
@@ -823,24 +834,30 @@ def _build_state_machine(
 
         def _check_deleted(self, rlmm: RemoteLogMetadataManager, tip: TopicIdPartition) -> None:
             patience = self.harness.ready_timeout_s
-            _raises_not_found(lambda: rlmm.list_remote_log_segments(tip),
-                              "list_remote_log_segments after DELETE_PARTITION_FINISHED",
-                              patience_s=patience)
-            _raises_not_found(lambda: rlmm.remote_log_segment_metadata(tip, 0, 0),
-                              "remote_log_segment_metadata after DELETE_PARTITION_FINISHED",
-                              patience_s=patience)
+            _raises_not_found(
+                lambda: rlmm.list_remote_log_segments(tip),
+                "list_remote_log_segments after DELETE_PARTITION_FINISHED",
+                patience_s=patience,
+            )
+            _raises_not_found(
+                lambda: rlmm.remote_log_segment_metadata(tip, 0, 0),
+                "remote_log_segment_metadata after DELETE_PARTITION_FINISHED",
+                patience_s=patience,
+            )
 
         def _check_partition(
             self, rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, model: _PartitionModel
         ) -> None:
             _assert_same_set(
-                list(rlmm.list_remote_log_segments(tip)), model.listed(),
+                list(rlmm.list_remote_log_segments(tip)),
+                model.listed(),
                 f"list_remote_log_segments({tip})",
             )
             epochs = {e for m in self.ever[tip] for e in m.segment_leader_epochs} | {99}
             for epoch in sorted(epochs):
                 _assert_listed_in_order(
-                    list(rlmm.list_remote_log_segments(tip, epoch)), model.listed(epoch),
+                    list(rlmm.list_remote_log_segments(tip, epoch)),
+                    model.listed(epoch),
                     f"list_remote_log_segments(epoch={epoch})",
                 )
                 _assert_highest(rlmm, tip, epoch, model.highest(epoch))
@@ -1047,8 +1064,12 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         def rejected() -> None:
             upd = update_of(current, STARTED, broker_id=98)
             exc = harness.outcome(lambda: rlmm.update_remote_log_segment_metadata(upd))
-            _expect_error(exc, ValueError, "an update to COPY_SEGMENT_STARTED",
-                          "updates may not set the initial state")
+            _expect_error(
+                exc,
+                ValueError,
+                "an update to COPY_SEGMENT_STARTED",
+                "updates may not set the initial state",
+            )
             expect(current, "the rejected update to COPY_SEGMENT_STARTED")
 
         dropped(DELETE_FINISHED)
@@ -1075,7 +1096,8 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         unknown = update_of(RemoteLogSegmentId.generate_new(tip), FINISHED)
         _expect_error(
             harness.outcome(lambda: rlmm.update_remote_log_segment_metadata(unknown)),
-            RemoteResourceNotFoundException, "update of a never-added segment",
+            RemoteResourceNotFoundException,
+            "update of a never-added segment",
             "the RLMM has no such segment",
         )
         seg = segment(tip, 0, 10, {0: 0})
@@ -1085,12 +1107,14 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         again = update_of(seg, DELETE_FINISHED)
         _expect_error(
             harness.outcome(lambda: rlmm.update_remote_log_segment_metadata(again)),
-            RemoteResourceNotFoundException, "update of a segment after DELETE_SEGMENT_FINISHED",
+            RemoteResourceNotFoundException,
+            "update of a segment after DELETE_SEGMENT_FINISHED",
             "a finished deletion forgets the segment",
         )
 
-    @pytest.mark.parametrize("state", [FINISHED, DELETE_STARTED, DELETE_FINISHED],
-                             ids=lambda s: s.name)
+    @pytest.mark.parametrize(
+        "state", [FINISHED, DELETE_STARTED, DELETE_FINISHED], ids=lambda s: s.name
+    )
     def test_add_with_state_other_than_copy_started_is_rejected(
         self,
         harness: RemoteLogMetadataManagerHarness,
@@ -1103,12 +1127,24 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         How: add such a segment; the partition lists nothing, also after a restart if durable.
         Fix: validate the state before writing anything."""
         bad = RemoteLogSegmentMetadata(
-            RemoteLogSegmentId.generate_new(tip), 0, 100, -1, 0, _now_ms(), SEG_SIZE, {0: 0},
-            None, state,
+            RemoteLogSegmentId.generate_new(tip),
+            0,
+            100,
+            -1,
+            0,
+            _now_ms(),
+            SEG_SIZE,
+            {0: 0},
+            None,
+            state,
         )
         exc = harness.outcome(lambda: harness.rlmm.add_remote_log_segment_metadata(bad))
-        _expect_error(exc, ValueError, f"add in state {state.name}",
-                      "a new segment must be COPY_SEGMENT_STARTED")
+        _expect_error(
+            exc,
+            ValueError,
+            f"add in state {state.name}",
+            "a new segment must be COPY_SEGMENT_STARTED",
+        )
         assert harness.listed(tip) == [], "a rejected add was stored"
         if rlmm_capabilities.durable_across_restart is True:
             harness.restart()
@@ -1130,8 +1166,12 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         harness.add(seg)
         upd = update_of(seg, STARTED, broker_id=42)
         exc = harness.outcome(lambda: harness.rlmm.update_remote_log_segment_metadata(upd))
-        _expect_error(exc, ValueError, "an update to COPY_SEGMENT_STARTED",
-                      "updates may not set the initial state")
+        _expect_error(
+            exc,
+            ValueError,
+            "an update to COPY_SEGMENT_STARTED",
+            "updates may not set the initial state",
+        )
         assert harness.listed(tip) == [seg], "a rejected update changed the segment"
         if rlmm_capabilities.durable_across_restart is True:
             harness.restart()
@@ -1160,8 +1200,14 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         s2 = harness.finish(segment(tip, 201, 300, {2: 201, 3: 240}))
         s3 = harness.finish(segment(tip, 250, 400, {3: 250, 4: 370}))
         for epoch, offset, want in [
-            (1, 40, s0), (2, 110, s1), (3, 240, s2), (3, 250, s3), (4, 375, s3),
-            (1, 110, None), (4, 401, None), (5, 301, None),
+            (1, 40, s0),
+            (2, 110, s1),
+            (3, 240, s2),
+            (3, 250, s3),
+            (4, 375, s3),
+            (1, 110, None),
+            (4, 401, None),
+            (5, 301, None),
         ]:
             _assert_rlsm(rlmm, tip, epoch, offset, want)
         harness.move(s0, DELETE_STARTED)
@@ -1448,12 +1494,17 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         Fix: raise RemoteResourceNotFoundException for a partition without metadata state."""
         rlmm = harness.rlmm
         unknown = new_partition("singleton", 0)
-        _raises_not_found(lambda: rlmm.list_remote_log_segments(unknown),
-                          "list_remote_log_segments(unknown partition)")
-        _raises_not_found(lambda: rlmm.list_remote_log_segments(unknown, 0),
-                          "list_remote_log_segments(unknown partition, 0)")
-        _raises_not_found(lambda: rlmm.remote_log_size(unknown, 0),
-                          "remote_log_size(unknown partition, 0)")
+        _raises_not_found(
+            lambda: rlmm.list_remote_log_segments(unknown),
+            "list_remote_log_segments(unknown partition)",
+        )
+        _raises_not_found(
+            lambda: rlmm.list_remote_log_segments(unknown, 0),
+            "list_remote_log_segments(unknown partition, 0)",
+        )
+        _raises_not_found(
+            lambda: rlmm.remote_log_size(unknown, 0), "remote_log_size(unknown partition, 0)"
+        )
 
     # highest offset and transactions -----------------------------------------------------------
     def test_highest_offset_never_decreases_when_segments_are_deleted(
@@ -1506,8 +1557,14 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         e = harness.finish(segment(tip, 400, 499, {1: 400}, txn_idx_empty=True))
         tracking = rlmm_capabilities.txn_index_tracking is True
         for epoch, offset, want, default in [
-            (0, 10, c, a), (0, 250, c, c), (0, 300, d, d), (1, 360, d, d),
-            (0, 360, None, None), (0, 400, None, None), (1, 400, None, e), (2, 0, None, None),
+            (0, 10, c, a),
+            (0, 250, c, c),
+            (0, 300, d, d),
+            (1, 360, d, d),
+            (0, 360, None, None),
+            (0, 400, None, None),
+            (1, 400, None, e),
+            (2, 0, None, None),
         ]:
             got = rlmm.next_segment_with_txn_index(tip, epoch, offset)
             allowed = [want] if tracking else [want, default]
@@ -1556,27 +1613,33 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         other_seg = harness.finish(segment(other, 0, 100, {0: 0}))
         seg = harness.finish(segment(tip, 0, 100, {0: 0, 1: 20, 2: 50, 3: 80}))
         _assert_rlsm(rlmm, tip, 1, 30, seg)
-        for state in (RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
-                      RemotePartitionDeleteState.DELETE_PARTITION_STARTED):
+        for state in (
+            RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+            RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
+        ):
             harness.put_partition_delete(tip, state)
             _assert_rlsm(rlmm, tip, 1, 30, seg)
             _assert_same_set(harness.listed(tip), [seg], f"list after {state.name}")
         harness.put_partition_delete(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
         where = "after DELETE_PARTITION_FINISHED"
-        _raises_not_found(lambda: rlmm.remote_log_segment_metadata(tip, 1, 30),
-                          f"remote_log_segment_metadata {where}")
-        _raises_not_found(lambda: rlmm.list_remote_log_segments(tip),
-                          f"list_remote_log_segments {where}")
-        _raises_not_found(lambda: rlmm.list_remote_log_segments(tip, 0),
-                          f"list_remote_log_segments(epoch) {where}")
-        _raises_not_found(lambda: rlmm.highest_offset_for_epoch(tip, 0),
-                          f"highest_offset_for_epoch {where}")
+        _raises_not_found(
+            lambda: rlmm.remote_log_segment_metadata(tip, 1, 30),
+            f"remote_log_segment_metadata {where}",
+        )
+        _raises_not_found(
+            lambda: rlmm.list_remote_log_segments(tip), f"list_remote_log_segments {where}"
+        )
+        _raises_not_found(
+            lambda: rlmm.list_remote_log_segments(tip, 0),
+            f"list_remote_log_segments(epoch) {where}",
+        )
+        _raises_not_found(
+            lambda: rlmm.highest_offset_for_epoch(tip, 0), f"highest_offset_for_epoch {where}"
+        )
         _raises_not_found(lambda: rlmm.remote_log_size(tip, 0), f"remote_log_size {where}")
         _assert_rlsm(rlmm, other, 0, 50, other_seg)
 
-    def test_partitions_are_independent(
-        self, harness: RemoteLogMetadataManagerHarness
-    ) -> None:
+    def test_partitions_are_independent(self, harness: RemoteLogMetadataManagerHarness) -> None:
         """Checks: metadata of different partitions never mixes: other partition numbers,
         other topics, and a topic recreated under the same name (a new topic id).
         How: the same offsets and epochs in foo-0, foo-1, bar-0 and a new foo-0, in different
@@ -1606,8 +1669,11 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
 
     # Durability (TopicBasedRemoteLogMetadataManagerRestartTest) --------------------------------
     def _snapshot(
-        self, harness: RemoteLogMetadataManagerHarness, tips: Sequence[TopicIdPartition],
-        epochs: Sequence[int], offsets: Sequence[int],
+        self,
+        harness: RemoteLogMetadataManagerHarness,
+        tips: Sequence[TopicIdPartition],
+        epochs: Sequence[int],
+        offsets: Sequence[int],
     ) -> dict[str, object]:
         rlmm = harness.rlmm
         snap: dict[str, object] = {}
@@ -1619,7 +1685,8 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
                 snap[f"{tp} size({epoch})"] = rlmm.remote_log_size(tp, epoch)
                 for offset in offsets:
                     snap[f"{tp} rlsm({epoch},{offset})"] = rlmm.remote_log_segment_metadata(
-                        tp, epoch, offset)
+                        tp, epoch, offset
+                    )
         return snap
 
     def test_state_survives_restart(
@@ -1638,8 +1705,9 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         leader, follower = new_partition("new-leader", 0), new_partition("new-follower", 0)
         harness.assign([leader], [follower])
         for tp in (leader, follower):
-            harness.add(segment(tp, 0, 99, {0: 0}, txn_idx_empty=True,
-                                custom_metadata=CustomMetadata(b"")))
+            harness.add(
+                segment(tp, 0, 99, {0: 0}, txn_idx_empty=True, custom_metadata=CustomMetadata(b""))
+            )
             harness.finish(segment(tp, 100, 199, {0: 100, 1: 150}, txn_idx_empty=False))
             f = harness.finish(segment(tp, 200, 299, {1: 200}, txn_idx_empty=True))
             harness.move(f, FINISHED, custom_metadata=CustomMetadata(b"\x00\xff"), broker_id=7)
@@ -1679,9 +1747,11 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         harness.put_partition_delete(gone, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
         harness.put_partition_delete(marked, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
         harness.restart()  # assigns both again; a deleted partition need not become ready
-        _raises_not_found(lambda: harness.rlmm.remote_log_segment_metadata(gone, 0, 50),
-                          "remote_log_segment_metadata of a deleted partition after a restart",
-                          patience_s=harness.ready_timeout_s)
+        _raises_not_found(
+            lambda: harness.rlmm.remote_log_segment_metadata(gone, 0, 50),
+            "remote_log_segment_metadata of a deleted partition after a restart",
+            patience_s=harness.ready_timeout_s,
+        )
         _assert_rlsm(harness.rlmm, marked, 0, 50, kept)
 
     def test_stop_and_reassign_reloads_partition(
@@ -1763,8 +1833,12 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         unassigned = new_partition("unassigned", 0)
         seg = segment(unassigned, 0, 100, {0: 0})
         exc = harness.outcome(lambda: harness.rlmm.add_remote_log_segment_metadata(seg))
-        _expect_error(exc, RemoteStorageException, "add for an unassigned partition",
-                      "the partition is not assigned to this RLMM")
+        _expect_error(
+            exc,
+            RemoteStorageException,
+            "add for an unassigned partition",
+            "the partition is not assigned to this RLMM",
+        )
 
     # The state machine -------------------------------------------------------------------------
     def test_state_machine(

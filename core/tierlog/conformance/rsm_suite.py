@@ -179,8 +179,10 @@ class SegmentFactory:
         time_index = self._bytes(12 * (entries - 1))
         txn_index = self._bytes(34 * (entries // 4 + 1))
         snapshot = struct.pack(">hIi", 1, 0, entries // 2) + self._bytes(46 * (entries // 2))
-        epoch_lines = [f"0 {start_offset}", f"{self._random.randrange(1, 1 << 30)} "
-                       f"{start_offset + entries}"]
+        epoch_lines = [
+            f"0 {start_offset}",
+            f"{self._random.randrange(1, 1 << 30)} {start_offset + entries}",
+        ]
         leader_epoch = ("0\n2\n" + "\n".join(epoch_lines) + "\n").encode("ascii")
 
         files = {
@@ -230,8 +232,13 @@ class SegmentFactory:
     def remove(files: SegmentFiles) -> None:
         """Delete the local files, as local retention does after a copy."""
         data = files.data
-        for path in (data.log_segment, data.offset_index, data.time_index,
-                     data.transaction_index, data.producer_snapshot_index):
+        for path in (
+            data.log_segment,
+            data.offset_index,
+            data.time_index,
+            data.transaction_index,
+            data.producer_snapshot_index,
+        ):
             if path is not None:
                 path.unlink(missing_ok=True)
 
@@ -398,9 +405,7 @@ class RemoteStorageManagerSuite(SuiteBase):
         if root is None:
             return None
         return {
-            p.relative_to(root).as_posix()
-            for p in _walk(root)
-            if p.is_symlink() or not p.is_dir()
+            p.relative_to(root).as_posix() for p in _walk(root) if p.is_symlink() or not p.is_dir()
         }
 
     # Fixtures -----------------------------------------------------------------------------------
@@ -625,8 +630,7 @@ class RemoteStorageManagerSuite(SuiteBase):
         first = segments.create(size=8192, entries=32)
         metadata = self.copy(rsm, first, topic_partition)
         second = segments.create(size=3000, entries=8)
-        self.copy(rsm, second, topic_partition,
-                  segment_id=metadata.remote_log_segment_id.id)
+        self.copy(rsm, second, topic_partition, segment_id=metadata.remote_log_segment_id.id)
         self.assert_stored(rsm, metadata, second)
 
     def test_retry_without_transaction_index_drops_the_old_one(
@@ -644,8 +648,7 @@ class RemoteStorageManagerSuite(SuiteBase):
         first = segments.create(with_transaction_index=True)
         metadata = self.copy(rsm, first, topic_partition)
         second = segments.create(with_transaction_index=False)
-        self.copy(rsm, second, topic_partition,
-                  segment_id=metadata.remote_log_segment_id.id)
+        self.copy(rsm, second, topic_partition, segment_id=metadata.remote_log_segment_id.id)
         self.assert_stored(rsm, metadata, second)
 
     # Optional transaction index -----------------------------------------------------------------
@@ -764,10 +767,12 @@ class RemoteStorageManagerSuite(SuiteBase):
                 "on the suite subclass)"
             )
         with_txn = self.copy(rsm, segments.create(), topic_partition)
-        self.copy(rsm, segments.create(), topic_partition,
-                  segment_id=with_txn.remote_log_segment_id.id)
-        without_txn = self.copy(rsm, segments.create(with_transaction_index=False),
-                                topic_partition, start_offset=100)
+        self.copy(
+            rsm, segments.create(), topic_partition, segment_id=with_txn.remote_log_segment_id.id
+        )
+        without_txn = self.copy(
+            rsm, segments.create(with_transaction_index=False), topic_partition, start_offset=100
+        )
         during = self.stored_objects(rsm)
         assert during is not None and len(during) > len(before), (
             "stored_objects() lists nothing new after two copies; it must list the store"
@@ -812,7 +817,7 @@ class RemoteStorageManagerSuite(SuiteBase):
         files = segments.create(size=size)
         metadata = self.copy(rsm, files, topic_partition)
         start, end = self._RANGES[case](size)
-        expected = files.segment[start: size if end is None else end + 1]
+        expected = files.segment[start : size if end is None else end + 1]
         got = read_stream(rsm.fetch_log_segment(metadata, start, end))
         assert got == expected, (
             f"fetch_log_segment({start}, {end}) of a {size}-byte segment returned {len(got)} "
@@ -890,8 +895,11 @@ class RemoteStorageManagerSuite(SuiteBase):
             TopicIdPartition(Uuid.random(), "orders", 0),
             TopicIdPartition(Uuid.random(), "payments", 0),
         ]
-        stored = [(self.copy(rsm, files, tip), files)
-                  for tip in partitions for files in [segments.create()]]
+        stored = [
+            (self.copy(rsm, files, tip), files)
+            for tip in partitions
+            for files in [segments.create()]
+        ]
         for metadata, files in stored:
             self.assert_stored(rsm, metadata, files)
         rsm.delete_log_segment_data(stored[0][0])
@@ -936,9 +944,14 @@ class RemoteStorageManagerSuite(SuiteBase):
         """
         require(rsm_capabilities.concurrent_copies, "concurrent_copies")
         tips = [TopicIdPartition(Uuid.random(), "concurrent", p) for p in (0, 1)]
-        jobs = [(tips[i % 2], 100 * (i // 2), segments.create(size=20_000 + i,
-                                                               start_offset=100 * (i // 2)))
-                for i in range(self.concurrency)]
+        jobs = [
+            (
+                tips[i % 2],
+                100 * (i // 2),
+                segments.create(size=20_000 + i, start_offset=100 * (i // 2)),
+            )
+            for i in range(self.concurrency)
+        ]
         barrier = threading.Barrier(self.concurrency)
 
         def copy(job: tuple[TopicIdPartition, int, SegmentFiles]) -> RemoteLogSegmentMetadata:
@@ -979,9 +992,7 @@ class RemoteStorageManagerSuite(SuiteBase):
         files, digest = segments.create_large(size)
         metadata = segment_metadata(topic_partition, size=size)
         try:
-            _, copy_peak = _measure_peak(
-                lambda: rsm.copy_log_segment_data(metadata, files.data)
-            )
+            _, copy_peak = _measure_peak(lambda: rsm.copy_log_segment_data(metadata, files.data))
 
             def read_all() -> tuple[str, int]:
                 h = hashlib.sha256()
@@ -994,12 +1005,17 @@ class RemoteStorageManagerSuite(SuiteBase):
 
             (got_digest, got_size), fetch_peak = _measure_peak(read_all)
             request.node.user_properties.extend(
-                [("large_segment_bytes", size), ("copy_peak_bytes", copy_peak),
-                 ("fetch_peak_bytes", fetch_peak)]
+                [
+                    ("large_segment_bytes", size),
+                    ("copy_peak_bytes", copy_peak),
+                    ("fetch_peak_bytes", fetch_peak),
+                ]
             )
             log.info(
                 "large segment of %d MiB: copy peak %.2f MiB, fetch peak %.2f MiB",
-                size // MiB, copy_peak / MiB, fetch_peak / MiB,
+                size // MiB,
+                copy_peak / MiB,
+                fetch_peak / MiB,
             )
             assert got_size == size, f"read {got_size} bytes of a {size}-byte segment"
             assert got_digest == digest, "the large segment read back differs from the copy"
@@ -1011,9 +1027,7 @@ class RemoteStorageManagerSuite(SuiteBase):
                 for start, end in ((size - 100, size + 10), (size // 2, size // 2 + 4095)):
                     local.seek(start)
                     expected = local.read(min(end, size - 1) - start + 1)
-                    got, peak = _measure_peak(
-                        functools.partial(read_range, start, end)
-                    )
+                    got, peak = _measure_peak(functools.partial(read_range, start, end))
                     assert got == expected, f"range {start}..{end} of the large segment differs"
                     assert peak < self.memory_limit, (
                         f"fetching {len(expected)} bytes at {start} peaked at {peak / MiB:.1f} "
@@ -1109,8 +1123,9 @@ class RemoteStorageManagerSuite(SuiteBase):
             rsm.delete_log_segment_data(metadata)
             self.assert_gone(rsm, metadata)
             if root is not None and stored is not None:
-                escaped = [o for o in stored if not _is_within((root / o).resolve(),
-                                                               root.resolve())]
+                escaped = [
+                    o for o in stored if not _is_within((root / o).resolve(), root.resolve())
+                ]
                 assert not escaped, f"stored_objects() outside the store root: {escaped}"
 
         leaked = sorted(str(p) for p in _walk(outside))
@@ -1157,9 +1172,7 @@ class RemoteStorageManagerSuite(SuiteBase):
         restarted = make_rsm()
         self.assert_stored(restarted, m2, two)
 
-    def test_close_twice_is_safe(
-        self, make_rsm: Callable[[], RemoteStorageManager]
-    ) -> None:
+    def test_close_twice_is_safe(self, make_rsm: Callable[[], RemoteStorageManager]) -> None:
         """``close()`` may be called again (by a context manager and an explicit call).
 
         To fix: make ``close`` return quietly when already closed.

@@ -1716,5 +1716,3 @@ class _Duplicate:
     first_offset: int
     last_offset: int
     timestamp: int
-
-

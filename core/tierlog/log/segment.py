@@ -175,8 +175,11 @@ class LogSegmentOffsetOverflowError(IndexOffsetOverflowError):
     ``LogSegmentOffsetOverflowException``): the segment must be rolled (or split) first."""
 
     def __init__(self, segment: LogSegment, offset: int, position: int | None = None) -> None:
-        where = f" (batch at position {position} of {segment.log_path})" if position is not None \
+        where = (
+            f" (batch at position {position} of {segment.log_path})"
+            if position is not None
             else f" ({segment.log_path})"
+        )
         super().__init__(
             f"Detected offset overflow at offset {offset} in segment {segment!r}{where}: an offset "
             f"more than 2^31-1 above the base offset {segment.base_offset} cannot be indexed"

@@ -473,7 +473,9 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     if isinstance(value, RemoteLogSegmentMetadataSnapshot):
                         log.warning(
                             "%s offset %d: skipping a snapshot record, which carries no "
-                            "partition (Kafka never publishes it)", record_log.path, offset,
+                            "partition (Kafka never publishes it)",
+                            record_log.path,
+                            offset,
                         )
                         continue
                     owner = value.topic_id_partition
@@ -484,7 +486,9 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     except IllegalStateError:
                         log.warning(
                             "%s offset %d: skipping an event of %s after its deletion finished",
-                            record_log.path, offset, owner,
+                            record_log.path,
+                            offset,
+                            owner,
                         )
                     else:
                         count += 1
@@ -500,7 +504,9 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._assigned |= tips
         log.info(
             "loaded %d partition(s) from metadata partition %d (%d event(s))",
-            len(tips), partition, count,
+            len(tips),
+            partition,
+            count,
         )
 
     @staticmethod
@@ -543,8 +549,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
     ) -> RemoteLogSegmentMetadata | None:
         if self._closed or self._directory is None:  # every remote read asks: no call when open
             self._ensure_open()
-        return self._store.remote_log_segment_metadata(topic_id_partition, epoch_for_offset,
-                                                       offset)
+        return self._store.remote_log_segment_metadata(topic_id_partition, epoch_for_offset, offset)
 
     def highest_offset_for_epoch(
         self, topic_id_partition: TopicIdPartition, leader_epoch: int

@@ -106,8 +106,9 @@ class RemotePartitionMetadataStore:
     def mark_initialized(self, topic_id_partition: TopicIdPartition) -> None:
         """The partition's events have been replayed: its reads may be served."""
         self._loaded(topic_id_partition).mark_initialized()
-        _log.debug("Remote log components are initialized for user-partition: %s",
-                   topic_id_partition)
+        _log.debug(
+            "Remote log components are initialized for user-partition: %s", topic_id_partition
+        )
 
     def is_initialized(self, topic_id_partition: TopicIdPartition) -> bool:
         """Whether the partition is loaded and initialized (what ``is_ready`` reports)."""
@@ -141,9 +142,7 @@ class RemotePartitionMetadataStore:
         cache = self._caches.get(topic_id_partition)  # _ready, inlined: every remote read asks
         if cache is None or not cache.initialized:
             cache = self._ready(topic_id_partition)
-        return cache.remote_log_segment_metadata(
-            epoch_for_offset, offset
-        )
+        return cache.remote_log_segment_metadata(epoch_for_offset, offset)
 
     def next_segment_with_txn_index(
         self, topic_id_partition: TopicIdPartition, epoch: int, offset: int
@@ -201,7 +200,6 @@ class RemotePartitionMetadataStore:
             )
         if not cache.is_initialized() and not cache.await_initialized(self._not_ready_wait_s):
             raise RemoteStorageNotReadyException(
-                f"Remote log metadata cache is not initialized for partition: "
-                f"{topic_id_partition}"
+                f"Remote log metadata cache is not initialized for partition: {topic_id_partition}"
             )
         return cache

@@ -162,7 +162,11 @@ def _yammer(
     if labels:
         mbean += "," + ",".join(f"{label}=<{label}>" for label in labels)
     return MetricSpec(
-        name, mbean, prometheus_name(domain, mbean_type, name, kind), kind, labels,
+        name,
+        mbean,
+        prometheus_name(domain, mbean_type, name, kind),
+        kind,
+        labels,
         f"{doc} (Kafka {mbean})",
     )
 
@@ -211,21 +215,52 @@ BROKER_TOPIC_GAUGES: dict[str, MetricSpec] = {
 _LABELLED_GAUGES: dict[str, MetricSpec] = {
     spec.kafka_name: spec
     for spec in (
-        _yammer(*_RLM, "RemoteLogManagerTasksAvgIdlePercent", "gauge", labels=(),
-                doc="Idle fraction of the copier thread pool"),
-        _yammer(*_RLM, "RetentionSizeInPercent", "gauge", labels=("topic", "partition"),
-                doc="Total (local + remote) log size as a percentage of retention.bytes"),
-        _yammer(*_RLM, "LocalRetentionSizeInPercent", "gauge", labels=("topic", "partition"),
-                doc="Local log size as a percentage of local.retention.bytes"),
-        _yammer(*_POOL, "RemoteLogReaderTaskQueueSize", "gauge", labels=(),
-                doc="Remote reads waiting for a reader thread"),
-        _yammer(*_POOL, "RemoteLogReaderAvgIdlePercent", "gauge", labels=(),
-                doc="Idle fraction of the remote-log reader pool"),
+        _yammer(
+            *_RLM,
+            "RemoteLogManagerTasksAvgIdlePercent",
+            "gauge",
+            labels=(),
+            doc="Idle fraction of the copier thread pool",
+        ),
+        _yammer(
+            *_RLM,
+            "RetentionSizeInPercent",
+            "gauge",
+            labels=("topic", "partition"),
+            doc="Total (local + remote) log size as a percentage of retention.bytes",
+        ),
+        _yammer(
+            *_RLM,
+            "LocalRetentionSizeInPercent",
+            "gauge",
+            labels=("topic", "partition"),
+            doc="Local log size as a percentage of local.retention.bytes",
+        ),
+        _yammer(
+            *_POOL,
+            "RemoteLogReaderTaskQueueSize",
+            "gauge",
+            labels=(),
+            doc="Remote reads waiting for a reader thread",
+        ),
+        _yammer(
+            *_POOL,
+            "RemoteLogReaderAvgIdlePercent",
+            "gauge",
+            labels=(),
+            doc="Idle fraction of the remote-log reader pool",
+        ),
     )
 }
 
-_READER_FETCH = _yammer(*_RLM, "RemoteLogReaderFetchRateAndTimeMs", "histogram", labels=(),
-                        doc="Milliseconds spent by one remote read")
+_READER_FETCH = _yammer(
+    *_RLM,
+    "RemoteLogReaderFetchRateAndTimeMs",
+    "histogram",
+    labels=(),
+    doc="Milliseconds spent by one remote read",
+)
+
 
 def _kafka_metric(group: str, attribute: str, doc: str) -> MetricSpec:
     """A Kafka-metrics (not Yammer) attribute of ``kafka.server:type=<group>``."""
@@ -243,10 +278,12 @@ def _kafka_metric(group: str, attribute: str, doc: str) -> MetricSpec:
 def _quota_specs(quota_type: str, sensor: str, what: str) -> tuple[MetricSpec, ...]:
     """``<sensor>-avg``, ``<sensor>-max`` (RLMQuotaMetrics) and the quota's ``byte-rate``."""
     return (
-        _kafka_metric("RemoteLogManager", f"{sensor}-avg",
-                      f"Average time in ms remote {what} were throttled"),
-        _kafka_metric("RemoteLogManager", f"{sensor}-max",
-                      f"Maximum time in ms remote {what} were throttled"),
+        _kafka_metric(
+            "RemoteLogManager", f"{sensor}-avg", f"Average time in ms remote {what} were throttled"
+        ),
+        _kafka_metric(
+            "RemoteLogManager", f"{sensor}-max", f"Maximum time in ms remote {what} were throttled"
+        ),
         _kafka_metric(quota_type, "byte-rate", f"Measured byte rate of remote {what}"),
     )
 
@@ -266,7 +303,20 @@ METRICS: tuple[MetricSpec, ...] = (
 """Every metric this module exports, with its Kafka MBean."""
 
 DEFAULT_READER_FETCH_BUCKETS_MS: tuple[float, ...] = (
-    1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+    1,
+    2.5,
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+    10000,
+    30000,
 )
 """Upper bounds (ms) of the remote-read time histogram: object-store reads take 10 ms to seconds."""
 
@@ -423,24 +473,33 @@ class RemoteStorageMetrics:
     # Gauges ---------------------------------------------------------------------------------------
     def set_copy_lag(self, topic: str, partition: int, num_bytes: int, segments: int) -> None:
         """``RemoteCopyLagBytes`` / ``RemoteCopyLagSegments`` of one partition (0 when reset)."""
-        self._set_partition(topic, partition, RemoteCopyLagBytes=num_bytes,
-                            RemoteCopyLagSegments=segments)
+        self._set_partition(
+            topic, partition, RemoteCopyLagBytes=num_bytes, RemoteCopyLagSegments=segments
+        )
 
     def set_delete_lag(self, topic: str, partition: int, num_bytes: int, segments: int) -> None:
         """``RemoteDeleteLagBytes`` / ``RemoteDeleteLagSegments`` of one partition."""
-        self._set_partition(topic, partition, RemoteDeleteLagBytes=num_bytes,
-                            RemoteDeleteLagSegments=segments)
+        self._set_partition(
+            topic, partition, RemoteDeleteLagBytes=num_bytes, RemoteDeleteLagSegments=segments
+        )
 
     def set_remote_log_size(
         self, topic: str, partition: int, num_bytes: int, count: int, computation_ms: float
     ) -> None:
         """``RemoteLogSizeBytes``, ``RemoteLogMetadataCount``, ``RemoteLogSizeComputationTime``."""
-        self._set_partition(topic, partition, RemoteLogSizeBytes=num_bytes,
-                            RemoteLogMetadataCount=count,
-                            RemoteLogSizeComputationTime=computation_ms)
+        self._set_partition(
+            topic,
+            partition,
+            RemoteLogSizeBytes=num_bytes,
+            RemoteLogMetadataCount=count,
+            RemoteLogSizeComputationTime=computation_ms,
+        )
 
     def set_retention_percent(
-        self, topic: str, partition: int, retention_size_percent: int,
+        self,
+        topic: str,
+        partition: int,
+        retention_size_percent: int,
         local_retention_size_percent: int,
     ) -> None:
         """``RetentionSizeInPercent`` and ``LocalRetentionSizeInPercent`` of one partition.
@@ -451,9 +510,7 @@ class RemoteStorageMetrics:
         key = _partition_labels(topic, partition)
         with self._lock:
             self._labelled["RetentionSizeInPercent"][key] = float(retention_size_percent)
-            self._labelled["LocalRetentionSizeInPercent"][key] = float(
-                local_retention_size_percent
-            )
+            self._labelled["LocalRetentionSizeInPercent"][key] = float(local_retention_size_percent)
 
     def _set_partition(self, topic: str, partition: int, **values: float) -> None:
         with self._lock:

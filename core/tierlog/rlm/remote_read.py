@@ -762,7 +762,9 @@ class RemoteLogReader:
         num_bytes = len(info.records)
         if self._metrics is not None:
             self._metrics.record_remote_read(
-                fetch_info.topic_id_partition.topic, num_bytes, self._clock() - started,
+                fetch_info.topic_id_partition.topic,
+                num_bytes,
+                self._clock() - started,
                 failed=False,
             )
         if self._fetch_quota is not None:

@@ -66,4 +66,3 @@ class CorruptRecordError(TierlogError):
         super().__init__(message)
         self.path = path
         self.position = position
-

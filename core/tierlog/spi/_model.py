@@ -113,9 +113,7 @@ class RemoteLogSegmentState(enum.IntEnum):
             raise InvalidArgumentError(f"unknown RemoteLogSegmentState id {state_id}") from None
 
     @staticmethod
-    def is_valid_transition(
-        src: RemoteLogSegmentState | None, dst: RemoteLogSegmentState
-    ) -> bool:
+    def is_valid_transition(src: RemoteLogSegmentState | None, dst: RemoteLogSegmentState) -> bool:
         """Kafka's ``isValidTransition``: a retry (src == dst) is always valid."""
         if src is None:
             return dst is RemoteLogSegmentState.COPY_SEGMENT_STARTED

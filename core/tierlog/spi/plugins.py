@@ -175,29 +175,38 @@ class PluginRegistry:
         # The core's own plugins first, so their names cannot be taken by another plugin.
         # From a source tree without installation there are no core entry points: the
         # built-in modules are then registered directly, still first.
-        eps = sorted(importlib_metadata.entry_points(group=self._group),
-                     key=lambda e: (_dist_name(e) != CORE_DISTRIBUTION, e.name))
+        eps = sorted(
+            importlib_metadata.entry_points(group=self._group),
+            key=lambda e: (_dist_name(e) != CORE_DISTRIBUTION, e.name),
+        )
         if not any(_dist_name(ep) == CORE_DISTRIBUTION for ep in eps):
             for name, module in BUILTIN_PLUGIN_MODULES.items():
                 self._add(importlib.import_module(module), name, CORE_DISTRIBUTION, None)
         for ep in eps:
             dist = _dist_name(ep)
             version = ep.dist.version if ep.dist is not None else None
-            if dist != CORE_DISTRIBUTION and self._only is not None and (
-                ep.name not in self._only
-            ):
+            if dist != CORE_DISTRIBUTION and self._only is not None and (ep.name not in self._only):
                 log.debug("plugin %s skipped: not in %s", ep.name, LOAD_ENV)
                 continue
             if self._pm.has_plugin(ep.name):
-                self._fail(ep.name, dist, version,
-                           f"entry point name {ep.name!r} ({ep.value}) is already taken by "
-                           "another plugin; rename the entry point")
+                self._fail(
+                    ep.name,
+                    dist,
+                    version,
+                    f"entry point name {ep.name!r} ({ep.value}) is already taken by "
+                    "another plugin; rename the entry point",
+                )
                 continue
             try:
                 plugin = ep.load()
             except Exception as exc:  # a broken plugin must not break the others
-                self._fail(ep.name, dist, version,
-                           f"cannot import {ep.value}: {type(exc).__name__}: {exc}", exc)
+                self._fail(
+                    ep.name,
+                    dist,
+                    version,
+                    f"cannot import {ep.value}: {type(exc).__name__}: {exc}",
+                    exc,
+                )
                 continue
             self._add(plugin, ep.name, dist, version)
 
@@ -229,14 +238,12 @@ class PluginRegistry:
         staged: list[tuple[dict[str, PluginInfo], PluginInfo]] = []
         problems: list[str] = []
 
-        def registrar(kind: Kind, base: type, table: dict[str, PluginInfo]) -> Callable[
-            [str, type], None
-        ]:
+        def registrar(
+            kind: Kind, base: type, table: dict[str, PluginInfo]
+        ) -> Callable[[str, type], None]:
             def register(reg_name: str, cls: type) -> None:
                 problem = _registration_problem(kind, base, table, reg_name, cls)
-                if problem is None and any(
-                    t is table and i.name == reg_name for t, i in staged
-                ):
+                if problem is None and any(t is table and i.name == reg_name for t, i in staged):
                     problem = f"{kind} name {reg_name!r} registered twice by this plugin"
                 if problem is not None:
                     problems.append(problem)
@@ -249,9 +256,11 @@ class PluginRegistry:
         others = [p for p in self._pm.get_plugins() if p is not plugin]
         try:
             caller("tierlog_register_storage_managers", others)(
-                register=registrar("rsm", RemoteStorageManager, self._storage))
+                register=registrar("rsm", RemoteStorageManager, self._storage)
+            )
             caller("tierlog_register_metadata_managers", others)(
-                register=registrar("rlmm", RemoteLogMetadataManager, self._metadata))
+                register=registrar("rlmm", RemoteLogMetadataManager, self._metadata)
+            )
         except Exception as exc:
             self._pm.unregister(plugin)
             self._fail(name, dist, version, f"registration hook failed: {exc}", exc)
@@ -289,9 +298,7 @@ class PluginRegistry:
         cls = self._resolve(name, "rlmm", RemoteLogMetadataManager, self.metadata_managers)
         return cast("type[RemoteLogMetadataManager]", cls)
 
-    def create_storage_manager(
-        self, name: str, configs: Mapping[str, str]
-    ) -> RemoteStorageManager:
+    def create_storage_manager(self, name: str, configs: Mapping[str, str]) -> RemoteStorageManager:
         """Construct (no arguments, as Kafka does) and configure the named RSM."""
         instance = self.storage_manager_class(name)()
         instance.configure(configs)
@@ -321,8 +328,7 @@ class PluginRegistry:
             obj: object = importlib.import_module(module_name)
         except Exception as exc:  # any import-time failure of user code is a plugin error
             raise PluginError(
-                f"cannot import module {module_name!r} for {name!r}: "
-                f"{type(exc).__name__}: {exc}"
+                f"cannot import module {module_name!r} for {name!r}: {type(exc).__name__}: {exc}"
             ) from exc
         for part in qualname.split("."):
             try:

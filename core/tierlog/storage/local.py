@@ -305,8 +305,7 @@ class LocalTieredStorage(RemoteStorageManager):
             ignored = tuple(sorted(k for k in configs if k not in KNOWN_CONFIGS))
             if ignored:
                 log.warning(
-                    "LocalTieredStorage ignores unknown configuration keys: %s "
-                    "(known: %s)",
+                    "LocalTieredStorage ignores unknown configuration keys: %s (known: %s)",
                     ", ".join(ignored),
                     ", ".join(sorted(KNOWN_CONFIGS)),
                 )
@@ -496,8 +495,9 @@ class LocalTieredStorage(RemoteStorageManager):
         name, and an interrupted write leaves nothing that a fetch would open.
         """
         temp = final.with_name(f".{final.name}.{secrets.token_hex(8)}{_TEMP_SUFFIX}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
-                     0o644)
+        fd = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644
+        )
         try:
             try:
                 if isinstance(source, bytes):

@@ -97,8 +97,7 @@ def require_azurite() -> None:
         "`npm ci --prefix plugins/rsm_azure`"
     )
     if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-        pytest.fail(f"{reason}; CI must run the tests against the real emulator",
-                    pytrace=False)
+        pytest.fail(f"{reason}; CI must run the tests against the real emulator", pytrace=False)
     pytest.skip(reason)
 
 
@@ -119,8 +118,17 @@ FORWARD = Answer()
 Plan = Callable[[str, str], Answer]
 """(method, path with query) -> what to do."""
 
-_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer",
-                         "upgrade", "proxy-connection"})
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+    }
+)
 
 
 class FaultProxy:
@@ -162,11 +170,11 @@ class FaultProxy:
                     if self.command != "HEAD":
                         self.wfile.write(payload)
                     return
-                upstream = http.client.HTTPConnection("127.0.0.1", proxy._upstream_port,
-                                                      timeout=30)
+                upstream = http.client.HTTPConnection("127.0.0.1", proxy._upstream_port, timeout=30)
                 try:
-                    headers = {k: v for k, v in self.headers.items()
-                               if k.lower() not in _HOP_BY_HOP}
+                    headers = {
+                        k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP
+                    }
                     upstream.request(self.command, self.path, body=body, headers=headers)
                     response = upstream.getresponse()
                     data = response.read()

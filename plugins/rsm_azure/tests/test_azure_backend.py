@@ -41,8 +41,10 @@ UPLOAD = UploadSettings(part_size=5 * MiB, multipart_threshold=5 * MiB, parallel
 
 
 def make_backend(
-    where: Service | str, observer: RecordingObserver | None = None,
-    upload: UploadSettings = UPLOAD, configs: dict[str, str] | None = None,
+    where: Service | str,
+    observer: RecordingObserver | None = None,
+    upload: UploadSettings = UPLOAD,
+    configs: dict[str, str] | None = None,
 ) -> AzureBackend:
     settings = AzureSettings.from_configs(azure_configs(where, **(configs or {})), upload)
     return AzureBackend(settings, upload, observer or RecordingObserver())
@@ -97,17 +99,14 @@ def test_a_small_upload_is_one_put_blob(
     assert operations(observer) == [("upload", "ok")]
 
 
-def test_upload_memory_is_bounded_by_blocks_in_flight(
-    azurite: Service, key_prefix: str
-) -> None:
+def test_upload_memory_is_bounded_by_blocks_in_flight(azurite: Service, key_prefix: str) -> None:
     """A 48 MiB stream of unknown size uploads holding at most ``parallelism`` blocks (the one
     being read is one of them, filled in place from the short reads), plus the source's own
     256 KiB reads and the SDK's bookkeeping: one block more would exceed the bound."""
     upload = UploadSettings(part_size=5 * MiB, multipart_threshold=MiB, parallelism=4)
     block = 2 * MiB
     source = StreamSource(48 * MiB, seed=3, max_read=256 * 1024)
-    with make_backend(azurite, upload=upload,
-                      configs={"azure.upload.block.size": str(block)}) as b:
+    with make_backend(azurite, upload=upload, configs={"azure.upload.block.size": str(block)}) as b:
         tracemalloc.start()
         try:
             b.upload(f"{key_prefix}big.log", source, None)  # type: ignore[arg-type]
@@ -140,7 +139,7 @@ def test_a_ranged_get_of_any_length_is_one_request(
     observer.take()
     with backend.get(key, 100, size - 101) as stream:
         got = stream.read()
-    assert got == data[100:size - 100]
+    assert got == data[100 : size - 100]
     calls = observer.take()
     assert [(r.operation, r.outcome) for r in calls] == [("get", "ok")]
     assert calls[0].bytes_received == size - 200
@@ -173,9 +172,7 @@ def _cut_first_get(after: int, times: int = 1) -> Plan:
     return plan
 
 
-def test_a_body_cut_short_is_resumed(
-    proxy: FaultProxy, azurite: Service, key_prefix: str
-) -> None:
+def test_a_body_cut_short_is_resumed(proxy: FaultProxy, azurite: Service, key_prefix: str) -> None:
     """A connection lost mid-body is resumed from where it stopped; the reader sees no gap."""
     size = 3 * MiB
     data = StreamSource.generated(size, seed=5)
@@ -225,8 +222,9 @@ def test_a_blob_replaced_before_a_resume_is_not_mixed(
         assert first
         with admin_container(azurite) as container:
             container.upload_blob(key, StreamSource.generated(size, seed=8), overwrite=True)
-        with pytest.raises(RetriableRemoteStorageException,
-                           match="replaced while it was being read"):
+        with pytest.raises(
+            RetriableRemoteStorageException, match="replaced while it was being read"
+        ):
             while stream.read(64 * 1024):
                 pass
         stream.close()
@@ -255,7 +253,8 @@ def test_deletes_fall_back_to_one_by_one_without_blob_batch(
             b.upload(key, io.BytesIO(b"1"), 1)
         proxy.plan = lambda method, path: (
             Answer("status", 400, "InvalidQueryParameterValue")
-            if method == "POST" and "comp=batch" in path else FORWARD
+            if method == "POST" and "comp=batch" in path
+            else FORWARD
         )
         b.delete(keys)
     assert list_container(azurite, key_prefix) == {}
@@ -359,5 +358,14 @@ def test_requests_are_classified_for_metrics(method: str, url: str, operation: s
 
 def test_outcomes() -> None:
     assert [outcome_of(s) for s in (200, 201, 202, 206, 404, 416, 429, 503, 500, 403)] == [
-        "ok", "ok", "ok", "ok", "not_found", "ok", "throttled", "throttled", "error", "error",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "not_found",
+        "ok",
+        "throttled",
+        "throttled",
+        "error",
+        "error",
     ]

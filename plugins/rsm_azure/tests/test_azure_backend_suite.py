@@ -32,7 +32,8 @@ class TestAzureBackend(ObjectStoreBackendSuite):
         self, azurite: Service, upload_settings: UploadSettings
     ) -> Iterator[AzureBackend]:
         configs = azure_configs(azurite, **{"azure.container.name": "no-such-container"})
-        backend = AzureBackend(AzureSettings.from_configs(configs, upload_settings),
-                               upload_settings)
+        backend = AzureBackend(
+            AzureSettings.from_configs(configs, upload_settings), upload_settings
+        )
         yield backend
         backend.close()

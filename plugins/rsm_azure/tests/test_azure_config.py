@@ -18,8 +18,11 @@ UPLOAD = UploadSettings(part_size=6 << 20)
 
 
 def parse(**configs: str) -> AzureSettings:
-    base = {"azure.container.name": "segments", "azure.account.name": "acct",
-            "azure.account.key": KEY}
+    base = {
+        "azure.container.name": "segments",
+        "azure.account.name": "acct",
+        "azure.account.key": KEY,
+    }
     base.update(configs)
     return AzureSettings.from_configs({k: v for k, v in base.items() if v != "-"}, UPLOAD)
 
@@ -59,13 +62,17 @@ def test_secrets_are_not_in_the_repr() -> None:
         ({"azure.container.name": "a--b"}, "azure.container.name must be 3-63"),
         ({"azure.container.name": "ab"}, "azure.container.name must be 3-63"),
         ({"azure.account.name": "bad/name"}, "azure.account.name must be letters"),
-        ({"azure.account.name": "-", "azure.endpoint.url": "http://127.0.0.1:1/acct"},
-         "azure.account.key needs rsm.config.azure.account.name"),
+        (
+            {"azure.account.name": "-", "azure.endpoint.url": "http://127.0.0.1:1/acct"},
+            "azure.account.key needs rsm.config.azure.account.name",
+        ),
         ({"azure.account.name": "-", "azure.account.key": "-"}, "azure.account.name is required"),
         ({"azure.account.key": "not base64!"}, "azure.account.key is not valid base64"),
         ({"azure.sas.token": "sv=1&sig=x"}, "one of rsm.config.azure.account.key and"),
-        ({"azure.connection.string": "AccountName=a;AccountKey=b"},
-         "remove rsm.config.azure.account.key, rsm.config.azure.account.name"),
+        (
+            {"azure.connection.string": "AccountName=a;AccountKey=b"},
+            "remove rsm.config.azure.account.key, rsm.config.azure.account.name",
+        ),
         ({"azure.endpoint.url": "ftp://host"}, "azure.endpoint.url must be an http"),
         ({"azure.upload.block.size": "10"}, "azure.upload.block.size must be between"),
         ({"azure.upload.block.size": "lots"}, "azure.upload.block.size must be an integer"),
@@ -88,9 +95,14 @@ def test_a_bad_key_is_not_quoted() -> None:
 
 
 def test_an_endpoint_alone_names_the_account() -> None:
-    s = parse(**{"azure.account.name": "-", "azure.account.key": "-",
-                 "azure.sas.token": "sv=1&sig=abc",
-                 "azure.endpoint.url": "http://127.0.0.1:10000/devstoreaccount1/"})
+    s = parse(
+        **{
+            "azure.account.name": "-",
+            "azure.account.key": "-",
+            "azure.sas.token": "sv=1&sig=abc",
+            "azure.endpoint.url": "http://127.0.0.1:10000/devstoreaccount1/",
+        }
+    )
     assert s.endpoint_url == "http://127.0.0.1:10000/devstoreaccount1"
     assert s.credential_kind == "azure.sas.token"
 
@@ -105,15 +117,22 @@ def test_an_api_version_the_sdk_does_not_know_is_a_config_error() -> None:
 def test_a_malformed_connection_string_is_a_config_error_without_its_text() -> None:
     from tierlog_rsm_azure import AzureBackend
 
-    settings = parse(**{"azure.account.name": "-", "azure.account.key": "-",
-                        "azure.connection.string": "AccountKey=TOPSECRET;nonsense"})
+    settings = parse(
+        **{
+            "azure.account.name": "-",
+            "azure.account.key": "-",
+            "azure.connection.string": "AccountKey=TOPSECRET;nonsense",
+        }
+    )
     with pytest.raises(ConfigError) as raised:
         AzureBackend(settings)
     assert "TOPSECRET" not in str(raised.value)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("azure.identity") is not None,
-                    reason="azure-identity is installed: DefaultAzureCredential would be used")
+@pytest.mark.skipif(
+    importlib.util.find_spec("azure.identity") is not None,
+    reason="azure-identity is installed: DefaultAzureCredential would be used",
+)
 def test_no_credential_without_azure_identity_says_what_to_set() -> None:
     from tierlog_rsm_azure import AzureBackend
 

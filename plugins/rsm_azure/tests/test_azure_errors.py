@@ -30,7 +30,9 @@ WRONG_KEY = "AAAA" + ACCOUNT_KEY[4:]
 
 def sas_token(**permissions: bool) -> str:
     return generate_container_sas(
-        ACCOUNT_NAME, CONTAINER, account_key=ACCOUNT_KEY,
+        ACCOUNT_NAME,
+        CONTAINER,
+        account_key=ACCOUNT_KEY,
         permission=ContainerSasPermissions(**permissions),
         expiry=datetime.now(UTC) + timedelta(hours=1),
     )
@@ -58,8 +60,11 @@ def factory(tmp_path: Path) -> SegmentFactory:
 
 
 def no_credentials(**configs: str) -> dict[str, str]:
-    return {k: v for k, v in configs.items()
-            if k not in {"azure.account.key", "azure.account.name", "azure.endpoint.url"}}
+    return {
+        k: v
+        for k, v in configs.items()
+        if k not in {"azure.account.key", "azure.account.name", "azure.endpoint.url"}
+    }
 
 
 @pytest.mark.parametrize("credential", ["account-key", "sas-token", "connection-string"])
@@ -84,11 +89,13 @@ def test_every_credential_kind_works(
         rsm.close()
 
 
-def test_an_older_api_version_works(azurite: Service, factory: SegmentFactory,
-                                    key_prefix: str) -> None:
+def test_an_older_api_version_works(
+    azurite: Service, factory: SegmentFactory, key_prefix: str
+) -> None:
     """``azure.api.version`` for emulators that lag behind the SDK."""
-    rsm = configured(azure_configs(azurite, **{"key.prefix": key_prefix,
-                                               "azure.api.version": "2021-08-06"}))
+    rsm = configured(
+        azure_configs(azurite, **{"key.prefix": key_prefix, "azure.api.version": "2021-08-06"})
+    )
     try:
         round_trip(rsm, factory)
     finally:
@@ -130,7 +137,8 @@ def test_a_sas_token_without_the_needed_permission_names_the_token_key(
     caplog.set_level(logging.DEBUG)
     token = sas_token(read=True, list=True)
     configs = no_credentials(**azure_configs(azurite)) | {
-        "azure.endpoint.url": blob_endpoint(azurite), "azure.sas.token": token,
+        "azure.endpoint.url": blob_endpoint(azurite),
+        "azure.sas.token": token,
     }
     rsm = configured(configs)
     try:
@@ -181,7 +189,7 @@ def test_a_warm_fetch_of_one_mib_is_one_get(
             start = rng.randrange(size - MiB)
             before = rsm.metrics.snapshot().count("get")
             got = read_stream(rsm.fetch_log_segment(metadata, start, start + MiB - 1))
-            assert got == files.segment[start:start + MiB]
+            assert got == files.segment[start : start + MiB]
             # 0 when every chunk it spans was cached by an earlier read
             assert rsm.metrics.snapshot().count("get") - before <= 1
         assert rsm.metrics.snapshot().count("get") > first

@@ -47,8 +47,9 @@ class Restartable:
         self.service = service
 
     def restart(self) -> None:
-        self.service = start_azurite(self.service.directory,
-                                     port=int(str(self.service.extra["port"])))
+        self.service = start_azurite(
+            self.service.directory, port=int(str(self.service.extra["port"]))
+        )
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +76,9 @@ def test_kill_mid_staged_upload(server: Restartable, key_prefix: str) -> None:
     staged = 0
     lock = threading.Lock()
 
-    def observer(operation: Operation, *, outcome: Outcome, bytes_sent: int = 0,
-                 bytes_received: int = 0) -> None:
+    def observer(
+        operation: Operation, *, outcome: Outcome, bytes_sent: int = 0, bytes_received: int = 0
+    ) -> None:
         nonlocal staged
         if operation == "upload_part" and outcome == "ok":
             with lock:
@@ -105,8 +107,11 @@ def test_kill_mid_staged_upload(server: Restartable, key_prefix: str) -> None:
 
 def _rsm(service: Service, key_prefix: str, **extra: str) -> AzureRemoteStorageManager:
     rsm = AzureRemoteStorageManager()
-    rsm.configure(azure_configs(service, **{"key.prefix": key_prefix,
-                                            "upload.part.size": str(5 * MiB), **extra}))
+    rsm.configure(
+        azure_configs(
+            service, **{"key.prefix": key_prefix, "upload.part.size": str(5 * MiB), **extra}
+        )
+    )
     return rsm
 
 
@@ -124,8 +129,7 @@ def test_kill_mid_copy_then_retry(server: Restartable, tmp_path: Path, key_prefi
     files = factory.create(size=size)
     metadata = segment_metadata(TopicIdPartition(Uuid.random(), "orders", 0), size=size)
     # 4 MiB/s: the copy takes about 3 s, so a kill after 1 s lands mid-upload.
-    rsm = _rsm(server.service, key_prefix,
-               **{"upload.rate.limit.bytes.per.second": str(4 * MiB)})
+    rsm = _rsm(server.service, key_prefix, **{"upload.rate.limit.bytes.per.second": str(4 * MiB)})
     try:
         timer = _after(1.0, server.service.kill)
         with pytest.raises(RetriableRemoteStorageException):

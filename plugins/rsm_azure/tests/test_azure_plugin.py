@@ -27,6 +27,7 @@ def test_discovery_does_not_import_the_azure_sdk() -> None:
         "PluginRegistry(strict=False).storage_manager_class('azure');"
         "print(sorted(m for m in sys.modules if m.startswith('azure')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout.strip()
     assert out == "[]"

@@ -143,8 +143,9 @@ def _is_transient(error: BaseException) -> bool:
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, (ServiceRequestError, ServiceResponseError, IncompleteReadError,
-                                OSError)):
+        if isinstance(
+            current, (ServiceRequestError, ServiceResponseError, IncompleteReadError, OSError)
+        ):
             return True
         inner = getattr(current, "inner_exception", None) or getattr(current, "error", None)
         current = inner if isinstance(inner, BaseException) else current.__cause__
@@ -187,8 +188,9 @@ class AzureBackend(ObjectStoreBackend):
         threshold = self.upload_settings.multipart_threshold
         options: dict[str, Any] = {
             "transport": self._transport,
-            "retry_policy": _Backoff(retry_total=settings.retry_total,
-                                     backoff=settings.retry_backoff_s),
+            "retry_policy": _Backoff(
+                retry_total=settings.retry_total, backoff=settings.retry_backoff_s
+            ),
             # One Put Blob for everything ``upload`` sends in one request (the SDK would
             # otherwise split what is above its 64 MiB default into blocks of its own).
             "max_single_put_size": min(_SINGLE_PUT_LIMIT, max(threshold, 64 << 20)),
@@ -244,8 +246,10 @@ class AzureBackend(ObjectStoreBackend):
     def _translate(self, error: BaseException, action: str, key: str | None = None) -> Exception:
         """The tierlog error for an SDK error, with a message that names the container and
         what to fix; never a credential."""
-        where = f"{action} {key!r} in {self.location}" if key is not None else (
-            f"{action} {self.location}"
+        where = (
+            f"{action} {key!r} in {self.location}"
+            if key is not None
+            else (f"{action} {self.location}")
         )
         if isinstance(error, HttpResponseError) and error.status_code is not None:
             status = error.status_code
@@ -270,8 +274,10 @@ class AzureBackend(ObjectStoreBackend):
                     f"{where}: throttled by Azure ({detail}) after "
                     f"{self.settings.retry_total} retries; retry later"
                 )
-            if status == 408 or (status >= 500 and status not in (501, 505)) or (
-                code in _RETRIABLE_CODES
+            if (
+                status == 408
+                or (status >= 500 and status not in (501, 505))
+                or (code in _RETRIABLE_CODES)
             ):
                 return RetriableRemoteStorageException(
                     f"{where}: {detail} after {self.settings.retry_total} retries: "
@@ -411,10 +417,16 @@ class AzureBackend(ObjectStoreBackend):
             again = self._open_range(blob, key, offset, end, etag)
             return iter(()) if again is None else again[0]
 
-        return cast(BinaryIO, _DownloadStream(
-            body, start, reopen, lambda e: self._translate(e, "get", key),
-            resumes=self.settings.retry_total,
-        ))
+        return cast(
+            BinaryIO,
+            _DownloadStream(
+                body,
+                start,
+                reopen,
+                lambda e: self._translate(e, "get", key),
+                resumes=self.settings.retry_total,
+            ),
+        )
 
     def _open_range(
         self, blob: BlobClient, key: str, start: int, end: int | None, etag: str | None
@@ -429,8 +441,8 @@ class AzureBackend(ObjectStoreBackend):
         returns the body as the HTTP stream, read ``READ_BLOCK_SIZE`` (1 MiB) at a time, and a
         range of any length is one request.
         """
-        header = None if start == 0 and end is None else (
-            f"bytes={start}-{'' if end is None else end}"
+        header = (
+            None if start == 0 and end is None else (f"bytes={start}-{'' if end is None else end}")
         )
         headers = {} if etag is None else {"If-Match": etag}
         try:
@@ -457,7 +469,7 @@ class AzureBackend(ObjectStoreBackend):
             self._delete_one(unique[0])
             return
         for i in range(0, len(unique), BATCH_LIMIT):
-            self._delete_batch(unique[i:i + BATCH_LIMIT])
+            self._delete_batch(unique[i : i + BATCH_LIMIT])
 
     def _delete_one(self, key: str) -> None:
         try:
@@ -477,8 +489,11 @@ class AzureBackend(ObjectStoreBackend):
         except HttpResponseError as e:
             if e.status_code in (400, 405, 501) and _error_code(e) not in _AUTH_CODES:
                 # An endpoint without Blob Batch (some emulators, proxies): one by one.
-                log.debug("Blob Batch refused by %s (%s); deleting one by one",
-                          self.location, e.status_code)
+                log.debug(
+                    "Blob Batch refused by %s (%s); deleting one by one",
+                    self.location,
+                    e.status_code,
+                )
                 for key in keys:
                     self._delete_one(key)
                 return
@@ -490,8 +505,11 @@ class AzureBackend(ObjectStoreBackend):
             code = str(response.headers.get("x-ms-error-code") or "")
             if status < 300 or (status == 404 and code != "ContainerNotFound"):
                 continue
-            self._raise(HttpResponseError(message=code or f"HTTP {status}",
-                                          response=response), "delete", key)
+            self._raise(
+                HttpResponseError(message=code or f"HTTP {status}", response=response),
+                "delete",
+                key,
+            )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if self._closed:
@@ -500,8 +518,9 @@ class AzureBackend(ObjectStoreBackend):
 
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
         try:
-            items = self._container.list_blobs(name_starts_with=prefix or None,
-                                               results_per_page=self._list_page_size)
+            items = self._container.list_blobs(
+                name_starts_with=prefix or None, results_per_page=self._list_page_size
+            )
             for item in items:
                 yield ObjectInfo(str(item.name), int(item.size or 0))
         except Exception as e:
@@ -617,7 +636,7 @@ class _DownloadStream(io.BufferedIOBase):
         if pos == 0 and n >= len(chunk):
             self._pos = len(chunk)
             return chunk  # no copy for whole pieces
-        piece = chunk[pos:pos + n]
+        piece = chunk[pos : pos + n]
         self._pos += len(piece)
         return piece
 
@@ -645,7 +664,7 @@ class _DownloadStream(io.BufferedIOBase):
         done = 0
         while done < len(view) and self._fill():
             piece = self._take(len(view) - done)
-            view[done:done + len(piece)] = piece
+            view[done : done + len(piece)] = piece
             done += len(piece)
         return done
 

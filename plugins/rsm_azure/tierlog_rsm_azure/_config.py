@@ -232,8 +232,11 @@ class AzureSettings:
         connection_string = _string(configs, CONNECTION_STRING)
 
         if connection_string is not None:
-            others = [k for k in (ACCOUNT_KEY, SAS_TOKEN, ACCOUNT_NAME, ENDPOINT_URL)
-                      if _string(configs, k) is not None]
+            others = [
+                k
+                for k in (ACCOUNT_KEY, SAS_TOKEN, ACCOUNT_NAME, ENDPOINT_URL)
+                if _string(configs, k) is not None
+            ]
             if others:
                 raise ConfigError(
                     f"{_where(CONNECTION_STRING)} already names the account, endpoint and "
@@ -255,23 +258,35 @@ class AzureSettings:
                     "signature names the account"
                 )
 
-        upload_block = parse_int(configs, UPLOAD_BLOCK_SIZE, upload.part_size,
-                                 minimum=MIN_UPLOAD_BLOCK_SIZE, maximum=MAX_BLOCK_SIZE,
-                                 unit=" (bytes)")
+        upload_block = parse_int(
+            configs,
+            UPLOAD_BLOCK_SIZE,
+            upload.part_size,
+            minimum=MIN_UPLOAD_BLOCK_SIZE,
+            maximum=MAX_BLOCK_SIZE,
+            unit=" (bytes)",
+        )
         api_version = _string(configs, API_VERSION)
         if api_version is not None and not _API_VERSION.fullmatch(api_version):
             raise ConfigError(
                 f"{_where(API_VERSION)} must be a REST API version like 2025-11-05, "
                 f"got {api_version!r}"
             )
-        retry_total = parse_int(configs, RETRY_TOTAL, DEFAULT_RETRY_TOTAL, minimum=0,
-                                maximum=20)
-        backoff_ms = parse_int(configs, RETRY_BACKOFF_MS, DEFAULT_RETRY_BACKOFF_MS, minimum=0,
-                               maximum=int(MAX_RETRY_BACKOFF_S * 1000), unit=" (ms)")
-        connect_ms = parse_int(configs, CONNECTION_TIMEOUT_MS, DEFAULT_CONNECTION_TIMEOUT_MS,
-                               minimum=1, unit=" (ms)")
-        read_ms = parse_int(configs, READ_TIMEOUT_MS, DEFAULT_READ_TIMEOUT_MS, minimum=1,
-                            unit=" (ms)")
+        retry_total = parse_int(configs, RETRY_TOTAL, DEFAULT_RETRY_TOTAL, minimum=0, maximum=20)
+        backoff_ms = parse_int(
+            configs,
+            RETRY_BACKOFF_MS,
+            DEFAULT_RETRY_BACKOFF_MS,
+            minimum=0,
+            maximum=int(MAX_RETRY_BACKOFF_S * 1000),
+            unit=" (ms)",
+        )
+        connect_ms = parse_int(
+            configs, CONNECTION_TIMEOUT_MS, DEFAULT_CONNECTION_TIMEOUT_MS, minimum=1, unit=" (ms)"
+        )
+        read_ms = parse_int(
+            configs, READ_TIMEOUT_MS, DEFAULT_READ_TIMEOUT_MS, minimum=1, unit=" (ms)"
+        )
         return cls(
             container=container,
             account_name=account,

@@ -170,8 +170,9 @@ class ObservedTransport(HttpTransport):  # type: ignore[type-arg]
         self._report(operation, outcome_of(response.status_code), sent, received)
         return response
 
-    def _report(self, operation: Operation, outcome: Outcome, sent: int = 0,
-                received: int = 0) -> None:
+    def _report(
+        self, operation: Operation, outcome: Outcome, sent: int = 0, received: int = 0
+    ) -> None:
         # Metrics must never fail a request.
         try:
             self._observer(operation, outcome=outcome, bytes_sent=sent, bytes_received=received)

@@ -154,9 +154,9 @@ def test_get_reports_the_bytes_of_its_range(
 ) -> None:
     backend.upload(f"{key_prefix}r", io.BytesIO(bytes(range(256)) * 40), 10240)
     observer.take()
-    assert read_stream(backend.get(f"{key_prefix}r", 100, 1123)) == (bytes(range(256)) * 40)[
-        100:1124
-    ]
+    assert (
+        read_stream(backend.get(f"{key_prefix}r", 100, 1123)) == (bytes(range(256)) * 40)[100:1124]
+    )
     (request,) = observer.take()
     assert (request.operation, request.outcome, request.bytes_received) == ("get", "ok", 1024)
 

@@ -129,8 +129,9 @@ def test_only_one_credential_source(tmp_path: Path) -> None:
         )
     assert "TOPSECRET" not in str(raised.value)
     with pytest.raises(ConfigError, match="conflicting credentials"):
-        parse_settings({BUCKET_NAME: "b", CREDENTIALS_JSON: "{}", CREDENTIALS_DEFAULT: "true"},
-                       8 * MiB)
+        parse_settings(
+            {BUCKET_NAME: "b", CREDENTIALS_JSON: "{}", CREDENTIALS_DEFAULT: "true"}, 8 * MiB
+        )
     # default=false with a key is not a conflict: the key is used.
     settings = parse_settings(
         {BUCKET_NAME: "b", CREDENTIALS_PATH: str(key_file), CREDENTIALS_DEFAULT: "false"},
@@ -141,8 +142,7 @@ def test_only_one_credential_source(tmp_path: Path) -> None:
 
 def test_credentials_path_must_exist(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"rsm\.config\.gcs\.credentials\.path"):
-        parse_settings({BUCKET_NAME: "b", CREDENTIALS_PATH: str(tmp_path / "nope.json")},
-                       8 * MiB)
+        parse_settings({BUCKET_NAME: "b", CREDENTIALS_PATH: str(tmp_path / "nope.json")}, 8 * MiB)
 
 
 def test_the_credentials_json_never_shows_in_repr() -> None:

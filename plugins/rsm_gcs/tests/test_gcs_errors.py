@@ -181,8 +181,9 @@ def test_no_application_default_credentials_names_the_fix(
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
     configs = gcs_configs(fake_gcs)
     del configs["gcs.credentials.default"]
-    with pytest.raises(RemoteStorageException, match=f"no usable GCS credentials for bucket "
-                       f"{BUCKET}") as raised:
+    with pytest.raises(
+        RemoteStorageException, match=f"no usable GCS credentials for bucket {BUCKET}"
+    ) as raised:
         configure(configs)
     assert "rsm.config.gcs.credentials.default=false" in str(raised.value)
 
@@ -229,16 +230,27 @@ def _api_error(status: int, message: str) -> api_exceptions.GoogleAPICallError:
         (_api_error(503, "unavailable"), RetriableRemoteStorageException, "unavailable"),
         (_api_error(504, "gateway"), RetriableRemoteStorageException, "gateway"),
         (_api_error(408, "timeout"), RetriableRemoteStorageException, "timeout"),
-        (requests.exceptions.ConnectionError("refused"), RetriableRemoteStorageException,
-         "unreachable"),
+        (
+            requests.exceptions.ConnectionError("refused"),
+            RetriableRemoteStorageException,
+            "unreachable",
+        ),
         (requests.exceptions.ReadTimeout("slow"), RetriableRemoteStorageException, "slow"),
-        (api_exceptions.RetryError("deadline", _api_error(429, "rate")),  # type: ignore[no-untyped-call]
-         ObjectStoreThrottledError, "throttling"),
-        (api_exceptions.RetryError("deadline", None),  # type: ignore[no-untyped-call]
-         RetriableRemoteStorageException,
-         "gave up"),
-        (_api_error(404, "No such object: b/k"), RemoteResourceNotFoundException,
-         "gs://b/k does not exist"),
+        (
+            api_exceptions.RetryError("deadline", _api_error(429, "rate")),  # type: ignore[no-untyped-call]
+            ObjectStoreThrottledError,
+            "throttling",
+        ),
+        (
+            api_exceptions.RetryError("deadline", None),  # type: ignore[no-untyped-call]
+            RetriableRemoteStorageException,
+            "gave up",
+        ),
+        (
+            _api_error(404, "No such object: b/k"),
+            RemoteResourceNotFoundException,
+            "gs://b/k does not exist",
+        ),
         (_api_error(400, "bad request"), RemoteStorageException, "bad request"),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else None,

@@ -35,8 +35,9 @@ def test_import_does_not_load_the_google_client() -> None:
         "import sys, tierlog_rsm_gcs\n"
         "print(sorted(m for m in sys.modules if m.startswith('google.cloud')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -46,8 +47,7 @@ def rsm_factory(fake_gcs: Service) -> Iterator[Callable[..., GcsRemoteStorageMan
 
     def make(**extra: str) -> GcsRemoteStorageManager:
         rsm = GcsRemoteStorageManager()
-        rsm.configure(gcs_configs(fake_gcs, **{"key.prefix": f"rsm/{uuid.uuid4().hex}/",
-                                               **extra}))
+        rsm.configure(gcs_configs(fake_gcs, **{"key.prefix": f"rsm/{uuid.uuid4().hex}/", **extra}))
         made.append(rsm)
         return rsm
 
@@ -73,8 +73,7 @@ def test_one_get_per_fetch_of_one_mib_at_a_random_offset(
     # 1 MiB chunks: a 1 MiB fetch spans two of them, which must still be one GET.
     rsm = rsm_factory(**{"chunk.size": str(MiB), **extra})
     files = SegmentFactory(tmp_path / "segments").create(size=24 * MiB)
-    metadata = segment_metadata(TopicIdPartition(Uuid.random(), "gets", 0),
-                                size=len(files.segment))
+    metadata = segment_metadata(TopicIdPartition(Uuid.random(), "gets", 0), size=len(files.segment))
     rsm.copy_log_segment_data(metadata, files.data)
     assert read_stream(rsm.fetch_log_segment(metadata, 0, 99)) == files.segment[:100]  # warm
     chunk = rsm.config.chunk_size
@@ -95,8 +94,9 @@ def test_metrics_count_requests_per_operation_under_backend_gcs(
 ) -> None:
     rsm = rsm_factory(**{"upload.part.size": str(5 * MiB)})
     files = SegmentFactory(tmp_path / "segments").create(size=12 * MiB)
-    metadata = segment_metadata(TopicIdPartition(Uuid.random(), "metrics", 0),
-                                size=len(files.segment))
+    metadata = segment_metadata(
+        TopicIdPartition(Uuid.random(), "metrics", 0), size=len(files.segment)
+    )
     rsm.copy_log_segment_data(metadata, files.data)
     snapshot = rsm.metrics.snapshot()
     assert snapshot.count("upload_part", "ok") == 3  # 12 MiB in 5 MiB chunks
@@ -104,7 +104,8 @@ def test_metrics_count_requests_per_operation_under_backend_gcs(
     exposed = rsm.expose().decode()
     assert re.search(
         r'tierlog_objectstore_requests_total\{backend="gcs",operation="upload_part",'
-        r'outcome="ok"\} 3\.0', exposed
+        r'outcome="ok"\} 3\.0',
+        exposed,
     ), exposed
 
 
@@ -115,6 +116,9 @@ def test_readme_documents_every_key() -> None:
     every = {*CONFIG_KEYS, *(k.name for k in COMMON_KEYS)}
     assert not every - rows.keys(), f"README.md lacks rows for {sorted(every - rows.keys())}"
     assert not rows.keys() - every, f"README.md documents unknown {sorted(rows.keys() - every)}"
-    wrong = {k.name: (rows[k.name], k.default) for k in COMMON_KEYS
-             if rows[k.name].strip() != f"`{k.default}`"}
+    wrong = {
+        k.name: (rows[k.name], k.default)
+        for k in COMMON_KEYS
+        if rows[k.name].strip() != f"`{k.default}`"
+    }
     assert not wrong, f"README.md's defaults differ from the core's: {wrong}"

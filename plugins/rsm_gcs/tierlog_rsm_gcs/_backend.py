@@ -196,8 +196,7 @@ def _key_info(settings: GcsSettings) -> tuple[dict[str, Any], str]:
             text = settings.credentials_path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(
-                f"rsm.config.{key}: cannot read {settings.credentials_path}: "
-                f"{type(e).__name__}"
+                f"rsm.config.{key}: cannot read {settings.credentials_path}: {type(e).__name__}"
             ) from None
     try:
         info = json.loads(text)
@@ -292,7 +291,7 @@ class GcsBackend(ObjectStoreBackend):
             # asked for, needing storage.buckets.get, which an object-only role lacks.
             self._client._bucket_metadata_cache = None
         self._bucket: Bucket = self._client.bucket(settings.bucket)
-        self._endpoint = (settings.endpoint or self._client.api_endpoint or DEFAULT_ENDPOINT)
+        self._endpoint = settings.endpoint or self._client.api_endpoint or DEFAULT_ENDPOINT
         self._timeout = (min(10.0, settings.request_timeout_s), settings.request_timeout_s)
         self._retry: Retry = DEFAULT_RETRY.with_timeout(settings.retry_deadline_s).with_delay(
             initial=settings.retry_initial_backoff_s,
@@ -563,9 +562,11 @@ class GcsBackend(ObjectStoreBackend):
                 )
             return RemoteResourceNotFoundException(f"{where} does not exist")
         if isinstance(error, api_exceptions.Unauthorized | api_exceptions.Forbidden):
-            code = "401 (credentials rejected)" if isinstance(
-                error, api_exceptions.Unauthorized
-            ) else "403 (permission denied)"
+            code = (
+                "401 (credentials rejected)"
+                if isinstance(error, api_exceptions.Unauthorized)
+                else "403 (permission denied)"
+            )
             return RemoteStorageException(
                 f"{action} {where}: GCS answered {code}: {error.message}. Check the "
                 f"credentials ({self.settings.credential_source}) and that their principal "
@@ -603,4 +604,3 @@ class GcsBackend(ObjectStoreBackend):
             self._bucket.delete_blob(key, retry=self._retry, timeout=self._timeout)
         except Exception:
             log.warning("could not delete %s after a failed upload", self._where(key))
-

@@ -49,20 +49,22 @@ RETRY_INITIAL_BACKOFF_MS: Final = "gcs.retry.initial.backoff.ms"
 RETRY_MAX_BACKOFF_MS: Final = "gcs.retry.max.backoff.ms"
 MAX_CONNECTIONS: Final = "gcs.http.max.connections"
 
-CONFIG_KEYS: Final = frozenset({
-    BUCKET_NAME,
-    PROJECT_ID,
-    ENDPOINT_URL,
-    CREDENTIALS_DEFAULT,
-    CREDENTIALS_JSON,
-    CREDENTIALS_PATH,
-    CHUNK_SIZE,
-    REQUEST_TIMEOUT_MS,
-    RETRY_DEADLINE_MS,
-    RETRY_INITIAL_BACKOFF_MS,
-    RETRY_MAX_BACKOFF_MS,
-    MAX_CONNECTIONS,
-})
+CONFIG_KEYS: Final = frozenset(
+    {
+        BUCKET_NAME,
+        PROJECT_ID,
+        ENDPOINT_URL,
+        CREDENTIALS_DEFAULT,
+        CREDENTIALS_JSON,
+        CREDENTIALS_PATH,
+        CHUNK_SIZE,
+        REQUEST_TIMEOUT_MS,
+        RETRY_DEADLINE_MS,
+        RETRY_INITIAL_BACKOFF_MS,
+        RETRY_MAX_BACKOFF_MS,
+        MAX_CONNECTIONS,
+    }
+)
 """Every key this plugin reads (the common ``upload.*``, cache, compression and encryption keys
 belong to the core and are not repeated here)."""
 
@@ -192,8 +194,9 @@ def parse_settings(configs: Mapping[str, str], default_chunk_size: int) -> GcsSe
         )
 
     if configs.get(CHUNK_SIZE) is not None and str(configs[CHUNK_SIZE]).strip():
-        chunk_size = parse_int(configs, CHUNK_SIZE, 0, minimum=CHUNK_ALIGNMENT,
-                               maximum=MAX_CHUNK_SIZE, unit=" (bytes)")
+        chunk_size = parse_int(
+            configs, CHUNK_SIZE, 0, minimum=CHUNK_ALIGNMENT, maximum=MAX_CHUNK_SIZE, unit=" (bytes)"
+        )
         if chunk_size % CHUNK_ALIGNMENT:
             raise ConfigError(
                 f"{_key(CHUNK_SIZE)} must be a multiple of 256 KiB ({CHUNK_ALIGNMENT} bytes), "
@@ -223,6 +226,7 @@ def parse_settings(configs: Mapping[str, str], default_chunk_size: int) -> GcsSe
         retry_deadline_s=_positive_ms(configs, RETRY_DEADLINE_MS, DEFAULT_RETRY_DEADLINE_MS),
         retry_initial_backoff_s=initial,
         retry_max_backoff_s=maximum,
-        max_connections=parse_int(configs, MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS,
-                                  minimum=1, maximum=1024),
+        max_connections=parse_int(
+            configs, MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS, minimum=1, maximum=1024
+        ),
     )

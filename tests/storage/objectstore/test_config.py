@@ -30,12 +30,19 @@ def test_defaults_are_the_documented_ones() -> None:
 
 
 def test_values_are_parsed() -> None:
-    parsed = ObjectStoreConfig.from_configs({
-        "key.prefix": "tiered/", "key.prefix.entropy.chars": "4", "chunk.size": "1048576",
-        "upload.part.size": str(16 * MiB), "upload.parallelism": "8",
-        "upload.rate.limit.bytes.per.second": "1000000", "fetch.disk.cache.dir": "/var/cache/t",
-        "compression.enabled": "TRUE", "compression.level": "-3",
-    })
+    parsed = ObjectStoreConfig.from_configs(
+        {
+            "key.prefix": "tiered/",
+            "key.prefix.entropy.chars": "4",
+            "chunk.size": "1048576",
+            "upload.part.size": str(16 * MiB),
+            "upload.parallelism": "8",
+            "upload.rate.limit.bytes.per.second": "1000000",
+            "fetch.disk.cache.dir": "/var/cache/t",
+            "compression.enabled": "TRUE",
+            "compression.level": "-3",
+        }
+    )
     assert parsed.key_prefix == "tiered/" and parsed.key_prefix_entropy_chars == 4
     assert parsed.upload_settings().part_size == 16 * MiB
     assert parsed.upload_settings().parallelism == 8
@@ -75,9 +82,13 @@ def test_encryption_with_the_file_provider_needs_a_key_file() -> None:
 
 def test_a_disk_cache_must_hold_a_chunk() -> None:
     with pytest.raises(ConfigError, match="at least one chunk"):
-        ObjectStoreConfig.from_configs({"fetch.disk.cache.dir": "/tmp/x",
-                                        "fetch.disk.cache.size": "2048",
-                                        "chunk.size": "4096"})
+        ObjectStoreConfig.from_configs(
+            {
+                "fetch.disk.cache.dir": "/tmp/x",
+                "fetch.disk.cache.size": "2048",
+                "chunk.size": "4096",
+            }
+        )
 
 
 def test_configure_reports_unknown_keys_but_not_the_plugins_or_the_rlms(
@@ -118,9 +129,12 @@ def test_configure_fails_on_a_missing_bucket_and_may_not_be_repeated(
 
 def test_a_missing_keyring_fails_configure(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the keyring"):
-        MemoryObjectStoreRSM().configure({
-            "encryption.enabled": "true", "encryption.key.file": str(tmp_path / "none.json"),
-        })
+        MemoryObjectStoreRSM().configure(
+            {
+                "encryption.enabled": "true",
+                "encryption.key.file": str(tmp_path / "none.json"),
+            }
+        )
 
 
 def test_the_markdown_table_lists_every_key_with_its_default() -> None:

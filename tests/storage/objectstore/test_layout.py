@@ -30,7 +30,9 @@ def test_keys_follow_the_documented_layout() -> None:
     keys = KeyLayout("tiered/").segment_keys(meta())
     base = f"tiered/orders-{TOPIC_ID}/3/00000000000000000042-{SEGMENT_ID}"
     assert (keys.log, keys.indexes, keys.manifest) == (
-        f"{base}.log", f"{base}.indexes", f"{base}.rsm-manifest"
+        f"{base}.log",
+        f"{base}.indexes",
+        f"{base}.rsm-manifest",
     )
     assert keys.all()[0] == keys.manifest, "deletes must remove the manifest first"
 
@@ -44,8 +46,9 @@ def test_entropy_is_a_hash_of_the_partition_after_the_prefix() -> None:
     assert prefix == f"p-{expected}/orders-{TOPIC_ID}/3/"
     # Deterministic, so keys are recomputed rather than looked up; and it spreads partitions.
     assert layout.segment_keys(meta()) == keys
-    spread = {layout.partition_prefix(TopicIdPartition(TOPIC_ID, "orders", p))[2:8]
-              for p in range(64)}
+    spread = {
+        layout.partition_prefix(TopicIdPartition(TOPIC_ID, "orders", p))[2:8] for p in range(64)
+    }
     assert len(spread) > 60
 
 
@@ -74,8 +77,9 @@ def test_illegal_topic_names_are_refused(name: str) -> None:
         KeyLayout().segment_keys(meta(topic=name))
 
 
-@pytest.mark.parametrize("prefix", ["", "tiered/", "é" * (KEY_PREFIX_MAX_BYTES // 2),
-                                    "x" * KEY_PREFIX_MAX_BYTES])
+@pytest.mark.parametrize(
+    "prefix", ["", "tiered/", "é" * (KEY_PREFIX_MAX_BYTES // 2), "x" * KEY_PREFIX_MAX_BYTES]
+)
 @pytest.mark.parametrize("entropy", [0, 4, 64])
 def test_custom_metadata_round_trips_within_kafkas_limit(prefix: str, entropy: int) -> None:
     layout = KeyLayout(prefix, entropy)

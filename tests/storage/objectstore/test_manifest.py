@@ -25,8 +25,9 @@ INDEXES = {
 
 
 def plain(size: int = 10_000, chunk: int = 4096) -> Manifest:
-    return Manifest(copy_id="c0ffee", size=size, chunk_size=chunk, chunk_sizes=None,
-                    indexes=INDEXES)
+    return Manifest(
+        copy_id="c0ffee", size=size, chunk_size=chunk, chunk_sizes=None, indexes=INDEXES
+    )
 
 
 def test_plain_round_trip_and_chunk_arithmetic() -> None:
@@ -58,8 +59,15 @@ def test_compressed_and_encrypted_round_trip_maps_chunks_to_their_stored_ranges(
 
 
 def test_encryption_without_chunk_sizes_adds_the_tag_to_every_chunk() -> None:
-    m = Manifest(copy_id="abc", size=5000, chunk_size=4096, chunk_sizes=None, indexes=INDEXES,
-                 encryption=Encryption("k1", b"w" * 40, b"nonc"), chunk_overhead=16)
+    m = Manifest(
+        copy_id="abc",
+        size=5000,
+        chunk_size=4096,
+        chunk_sizes=None,
+        indexes=INDEXES,
+        encryption=Encryption("k1", b"w" * 40, b"nonc"),
+        chunk_overhead=16,
+    )
     again = Manifest.from_json(m.to_json())
     assert again.stored_range(1, 1) == (4096 + 16, 5000 + 32 - 1)
     assert again.stored_log_size == 5032
@@ -108,15 +116,36 @@ _DELETE = object()
         (_doc(indexes__offset=[0, -1, 1]), "position, stored size, size"),
         (_doc(indexes__leader_epoch=_DELETE), "lacks the indexes leader_epoch"),
         (_doc(compression={"codec": "lz4", "level": 1}), "not supported"),
-        (_doc(compression={"codec": "zstd", "level": 3},
-              segment__chunk_sizes=None), "must list its chunk sizes"),
-        (_doc(encryption={"algorithm": "AES-256-GCM", "key_id": "k", "wrapped_key": "%%",
-                          "key_wrap": "AES-KW", "nonce_prefix": "AAAAAA==",
-                          "nonce_scheme": "prefix4-index8"}), "not base64"),
-        (_doc(encryption={"algorithm": "ChaCha", "key_id": "k",
-                          "wrapped_key": "d" * 56, "key_wrap": "AES-KW",
-                          "nonce_prefix": "AAAAAA==", "nonce_scheme": "prefix4-index8"}),
-         "not supported"),
+        (
+            _doc(compression={"codec": "zstd", "level": 3}, segment__chunk_sizes=None),
+            "must list its chunk sizes",
+        ),
+        (
+            _doc(
+                encryption={
+                    "algorithm": "AES-256-GCM",
+                    "key_id": "k",
+                    "wrapped_key": "%%",
+                    "key_wrap": "AES-KW",
+                    "nonce_prefix": "AAAAAA==",
+                    "nonce_scheme": "prefix4-index8",
+                }
+            ),
+            "not base64",
+        ),
+        (
+            _doc(
+                encryption={
+                    "algorithm": "ChaCha",
+                    "key_id": "k",
+                    "wrapped_key": "d" * 56,
+                    "key_wrap": "AES-KW",
+                    "nonce_prefix": "AAAAAA==",
+                    "nonce_scheme": "prefix4-index8",
+                }
+            ),
+            "not supported",
+        ),
     ],
 )
 def test_malformed_manifests_raise_a_typed_error(data: bytes, match: str) -> None:

@@ -56,16 +56,20 @@ TRANSFORMS = {
     "plain": {},
     "zstd": {"compression.enabled": "true", "compression.heuristic.enabled": "false"},
     "aes": {"encryption.enabled": "true"},
-    "zstd+aes": {"compression.enabled": "true", "compression.heuristic.enabled": "false",
-                 "encryption.enabled": "true"},
+    "zstd+aes": {
+        "compression.enabled": "true",
+        "compression.heuristic.enabled": "false",
+        "encryption.enabled": "true",
+    },
 }
 
 
 @pytest.fixture
 def keyring(tmp_path: Path) -> Path:
     path = tmp_path / "keyring.json"
-    path.write_text(json.dumps({"active": "k1",
-                                "keys": {"k1": base64.b64encode(os.urandom(32)).decode()}}))
+    path.write_text(
+        json.dumps({"active": "k1", "keys": {"k1": base64.b64encode(os.urandom(32)).decode()}})
+    )
     return path
 
 
@@ -75,8 +79,9 @@ def make(keyring: Path) -> Iterator[Callable[..., MemoryObjectStoreRSM]]:
     store = uuid.uuid4().hex
     made: list[MemoryObjectStoreRSM] = []
 
-    def build(cls: type[MemoryObjectStoreRSM] = MemoryObjectStoreRSM,
-              **config: str) -> MemoryObjectStoreRSM:
+    def build(
+        cls: type[MemoryObjectStoreRSM] = MemoryObjectStoreRSM, **config: str
+    ) -> MemoryObjectStoreRSM:
         full = {"memory.store": store, "encryption.key.file": str(keyring)}
         full.update(config)
         rsm = cls()
@@ -104,8 +109,12 @@ def gets(rsm: MemoryObjectStoreRSM) -> int:
     return rsm.metrics.snapshot().count("get")
 
 
-def copy(rsm: MemoryObjectStoreRSM, files: SegmentFiles | LogSegmentData, tip: TopicIdPartition,
-         segment_id: Uuid | None = None) -> RemoteLogSegmentMetadata:
+def copy(
+    rsm: MemoryObjectStoreRSM,
+    files: SegmentFiles | LogSegmentData,
+    tip: TopicIdPartition,
+    segment_id: Uuid | None = None,
+) -> RemoteLogSegmentMetadata:
     data = files.data if isinstance(files, SegmentFiles) else files
     metadata = segment_metadata(tip, size=data.log_segment.stat().st_size, segment_id=segment_id)
     rsm.copy_log_segment_data(metadata, data)
@@ -153,36 +162,43 @@ def test_segments_stay_readable_after_the_key_prefix_changes(
     finished = segment_metadata(tip, size=3000, segment_id=metadata.remote_log_segment_id.id)
     finished = dataclasses.replace(finished, custom_metadata=custom)
     assert read_stream(new.fetch_log_segment(finished, 0)) == files.segment
-    assert read_stream(new.fetch_index(finished, IndexType.OFFSET)) == files.indexes[
-        IndexType.OFFSET]
+    assert (
+        read_stream(new.fetch_index(finished, IndexType.OFFSET)) == files.indexes[IndexType.OFFSET]
+    )
     new.delete_log_segment_data(finished)
     assert old.conformance_stored_objects() == []
 
 
 @pytest.mark.parametrize("old", list(TRANSFORMS))
 def test_segments_written_under_another_configuration_stay_readable(
-    make: Callable[..., MemoryObjectStoreRSM], segments: SegmentFactory, tip: TopicIdPartition,
+    make: Callable[..., MemoryObjectStoreRSM],
+    segments: SegmentFactory,
+    tip: TopicIdPartition,
     old: str,
 ) -> None:
     """Chunk size and transforms come from each segment's manifest, not the configuration."""
     writer = make(**TRANSFORMS[old], **{"chunk.size": "1024"})
     files = segments.create(size=7000)
     metadata = copy(writer, files, tip)
-    reader = make(**TRANSFORMS["zstd+aes" if old == "plain" else "plain"],
-                  **{"chunk.size": "4096"})
+    reader = make(**TRANSFORMS["zstd+aes" if old == "plain" else "plain"], **{"chunk.size": "4096"})
     for start, end in [(0, None), (1000, 1100), (1023, 1024), (5000, 6999), (3000, 9000)]:
-        expected = files.segment[start:None if end is None else end + 1]
+        expected = files.segment[start : None if end is None else end + 1]
         assert read_stream(reader.fetch_log_segment(metadata, start, end)) == expected
-    assert read_stream(reader.fetch_index(metadata, IndexType.TIMESTAMP)) == files.indexes[
-        IndexType.TIMESTAMP]
+    assert (
+        read_stream(reader.fetch_index(metadata, IndexType.TIMESTAMP))
+        == files.indexes[IndexType.TIMESTAMP]
+    )
 
 
 # Request counts ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
 @pytest.mark.parametrize("cache", ["no-cache", "cache"])
 def test_one_get_per_1mib_fetch_at_random_offsets_with_a_warm_manifest(
-    make: Callable[..., MemoryObjectStoreRSM], segments: SegmentFactory, tip: TopicIdPartition,
-    transform: str, cache: str,
+    make: Callable[..., MemoryObjectStoreRSM],
+    segments: SegmentFactory,
+    tip: TopicIdPartition,
+    transform: str,
+    cache: str,
 ) -> None:
     config = dict(TRANSFORMS[transform], **{"fetch.prefetch.chunks": "0"})
     if cache == "no-cache":
@@ -200,9 +216,11 @@ def test_one_get_per_1mib_fetch_at_random_offsets_with_a_warm_manifest(
         rsm.chunk_cache.clear_memory()  # each fetch lands on chunks not in the cache
         before = gets(rsm)
         got = read_stream(rsm.fetch_log_segment(metadata, start, start + MiB - 1))
-        assert got == data[start:start + MiB]
-        assert gets(rsm) - before == 1, f"fetch at {start} (chunks {start // chunk}-" \
+        assert got == data[start : start + MiB]
+        assert gets(rsm) - before == 1, (
+            f"fetch at {start} (chunks {start // chunk}-"
             f"{(start + MiB - 1) // chunk}) took {gets(rsm) - before} GETs"
+        )
     if cache == "cache":
         before = gets(rsm)
         read_stream(rsm.fetch_log_segment(metadata, start + 10, start + 1000))
@@ -212,19 +230,25 @@ def test_one_get_per_1mib_fetch_at_random_offsets_with_a_warm_manifest(
 def test_a_range_over_uncached_chunks_is_one_coalesced_get(
     make: Callable[..., MemoryObjectStoreRSM], segments: SegmentFactory, tip: TopicIdPartition
 ) -> None:
-    rsm = make(**{"chunk.size": "1024", "fetch.prefetch.chunks": "0",
-                  "compression.enabled": "true", "compression.heuristic.enabled": "false"})
+    rsm = make(
+        **{
+            "chunk.size": "1024",
+            "fetch.prefetch.chunks": "0",
+            "compression.enabled": "true",
+            "compression.heuristic.enabled": "false",
+        }
+    )
     files = segments.create(size=10 * 1024)
     metadata = copy(rsm, files, tip)
     read_stream(rsm.fetch_index(metadata, IndexType.OFFSET))
     before = gets(rsm)
     got = read_stream(rsm.fetch_log_segment(metadata, 2 * 1024 + 5, 7 * 1024 - 3))  # chunks 2-6
-    assert got == files.segment[2 * 1024 + 5:7 * 1024 - 2]
+    assert got == files.segment[2 * 1024 + 5 : 7 * 1024 - 2]
     assert gets(rsm) - before == 1
     # Chunks 2-6 are cached now: a read of 0-8 fetches 0-1 and 7-8, one GET each.
     before = gets(rsm)
     got = read_stream(rsm.fetch_log_segment(metadata, 0, 9 * 1024 - 1), chunk=333)
-    assert got == files.segment[:9 * 1024]
+    assert got == files.segment[: 9 * 1024]
     assert gets(rsm) - before == 2
     snap = rsm.metrics.snapshot()
     assert snap.cache_hits.get("memory", 0) >= 5
@@ -320,18 +344,24 @@ class SinkBackend(InMemoryBackend):
 
 
 class SinkRSM(MemoryObjectStoreRSM):
-    def create_backend(self, configs: Any, upload: UploadSettings,
-                       observer: RequestObserver) -> InMemoryBackend:
+    def create_backend(
+        self, configs: Any, upload: UploadSettings, observer: RequestObserver
+    ) -> InMemoryBackend:
         return SinkBackend(upload, observer)
 
 
 @pytest.mark.parametrize("transform", ["plain", "zstd+aes"])
 def test_copy_memory_is_bounded_by_parts_and_chunks_not_by_the_segment(
-    make: Callable[..., MemoryObjectStoreRSM], tmp_path: Path, tip: TopicIdPartition,
+    make: Callable[..., MemoryObjectStoreRSM],
+    tmp_path: Path,
+    tip: TopicIdPartition,
     transform: str,
 ) -> None:
-    rsm = make(SinkRSM, **TRANSFORMS[transform], **{"chunk.size": str(4 * MiB),
-                                                    "upload.part.size": str(8 * MiB)})
+    rsm = make(
+        SinkRSM,
+        **TRANSFORMS[transform],
+        **{"chunk.size": str(4 * MiB), "upload.part.size": str(8 * MiB)},
+    )
     files = SegmentFactory(tmp_path / "segments").create(size=0)
     size = 64 * MiB
     with files.data.log_segment.open("wb") as out:
@@ -463,8 +493,14 @@ def test_a_modified_stored_chunk_is_never_served(
 # Transforms -------------------------------------------------------------------------------------
 def kafka_segment(path: Path, compression: str, batches: int = 20) -> bytes:
     data = b"".join(
-        build_batch([Record(b * 10 + i, 1_700_000_000_000 + i, None, b"value %d " % i * 20)
-                     for i in range(10)], base_offset=b * 10, compression=compression)
+        build_batch(
+            [
+                Record(b * 10 + i, 1_700_000_000_000 + i, None, b"value %d " % i * 20)
+                for i in range(10)
+            ],
+            base_offset=b * 10,
+            compression=compression,
+        )
         for b in range(batches)
     )
     path.write_bytes(data)
@@ -473,19 +509,26 @@ def kafka_segment(path: Path, compression: str, batches: int = 20) -> bytes:
 
 @pytest.mark.parametrize(
     ("producer_codec", "heuristic", "compressed"),
-    [("zstd", "true", False), ("lz4", "true", False), ("none", "true", True),
-     ("zstd", "false", True)],
+    [
+        ("zstd", "true", False),
+        ("lz4", "true", False),
+        ("none", "true", True),
+        ("zstd", "false", True),
+    ],
 )
 def test_compression_is_skipped_for_segments_the_producers_compressed(
-    make: Callable[..., MemoryObjectStoreRSM], segments: SegmentFactory, tip: TopicIdPartition,
-    producer_codec: str, heuristic: str, compressed: bool,
+    make: Callable[..., MemoryObjectStoreRSM],
+    segments: SegmentFactory,
+    tip: TopicIdPartition,
+    producer_codec: str,
+    heuristic: str,
+    compressed: bool,
 ) -> None:
     rsm = make(**{"compression.enabled": "true", "compression.heuristic.enabled": heuristic})
     files = segments.create(size=0)
     data = kafka_segment(files.data.log_segment, producer_codec)
     metadata = copy(rsm, files, tip)
-    manifest = Manifest.from_json(
-        rsm.memory_backend.objects[rsm.segment_keys(metadata).manifest])
+    manifest = Manifest.from_json(rsm.memory_backend.objects[rsm.segment_keys(metadata).manifest])
     assert (manifest.compression is not None) is compressed
     assert read_stream(rsm.fetch_log_segment(metadata, 0)) == data
     if compressed and producer_codec == "none":
@@ -530,19 +573,24 @@ def test_the_upload_rate_limit_slows_copies(
 
 # Caches across restarts, deletes, metrics -------------------------------------------------------
 def test_the_disk_cache_serves_chunks_after_a_restart(
-    make: Callable[..., MemoryObjectStoreRSM], segments: SegmentFactory, tip: TopicIdPartition,
+    make: Callable[..., MemoryObjectStoreRSM],
+    segments: SegmentFactory,
+    tip: TopicIdPartition,
     tmp_path: Path,
 ) -> None:
-    config = dict(TRANSFORMS["zstd+aes"], **{"chunk.size": "1024",
-                                              "fetch.disk.cache.dir": str(tmp_path / "cache")})
+    config = dict(
+        TRANSFORMS["zstd+aes"],
+        **{"chunk.size": "1024", "fetch.disk.cache.dir": str(tmp_path / "cache")},
+    )
     first = make(**config)
     files = segments.create(size=6000)
     metadata = copy(first, files, tip)
     read_stream(first.fetch_log_segment(metadata, 1000, 3000))
     first.close()
     restarted = make(**config)
-    assert read_stream(restarted.fetch_log_segment(metadata, 1000, 3000)) == \
-        files.segment[1000:3001]
+    assert (
+        read_stream(restarted.fetch_log_segment(metadata, 1000, 3000)) == files.segment[1000:3001]
+    )
     assert gets(restarted) == 1, "only the manifest: chunks 0-2 come from the disk cache"
     assert restarted.metrics.snapshot().cache_hits["disk"] == 3
 
@@ -577,8 +625,10 @@ def test_metrics_count_requests_bytes_and_cache_per_backend(
     assert snap.count("get", "ok") == 2  # the manifest, then one chunk; the rest is cached
     assert snap.cache_hits["manifest"] == 1 and snap.cache_misses["manifest"] == 1
     text = rsm.expose().decode()
-    assert 'tierlog_objectstore_requests_total{backend="memory",operation="get",outcome="ok"}' \
-        ' 2.0' in text
+    assert (
+        'tierlog_objectstore_requests_total{backend="memory",operation="get",outcome="ok"}'
+        " 2.0" in text
+    )
     assert 'tierlog_objectstore_cache_hits_total{backend="memory",cache="memory"} 1.0' in text
     assert "tierlog_objectstore_received_bytes_total" in text
 
@@ -590,8 +640,14 @@ def test_concurrent_sequential_readers_with_prefetch_read_correct_bytes(
     for, failed or finished prefetches never leave a reader hanging)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    rsm = make(**TRANSFORMS["zstd+aes"], **{"chunk.size": "1024", "fetch.prefetch.chunks": "3",
-                                            "fetch.chunk.cache.size": str(64 * 1024)})
+    rsm = make(
+        **TRANSFORMS["zstd+aes"],
+        **{
+            "chunk.size": "1024",
+            "fetch.prefetch.chunks": "3",
+            "fetch.chunk.cache.size": str(64 * 1024),
+        },
+    )
     files = segments.create(size=40 * 1024)
     metadata = copy(rsm, files, tip)
 
@@ -600,7 +656,7 @@ def test_concurrent_sequential_readers_with_prefetch_read_correct_bytes(
         while position < len(files.segment):
             end = position + step - 1
             got = read_stream(rsm.fetch_log_segment(metadata, position, end))
-            assert got == files.segment[position:end + 1]
+            assert got == files.segment[position : end + 1]
             position = end + 1
 
     with ThreadPoolExecutor(8) as pool:

@@ -44,22 +44,34 @@ def provider(tmp_path: Path, keys: dict[str, bytes]) -> LocalKeyFileProvider:
     return LocalKeyFileProvider(keyring(tmp_path / "keys.json", "k1", {"k1": keys["k1"]}))
 
 
-def encode(data: bytes, compression: Compression | None, provider: KeyProvider | None
-           ) -> tuple[Manifest, list[bytes], bytes]:
+def encode(
+    data: bytes, compression: Compression | None, provider: KeyProvider | None
+) -> tuple[Manifest, list[bytes], bytes]:
     """Encode ``data`` as the RSM does; returns the manifest, the stored chunks and the stored
     offset index (the data's first 100 bytes)."""
-    codec, encryption = SegmentCodec.for_copy(size=len(data), chunk_size=CHUNK,
-                                              compression=compression, key_provider=provider)
-    stored = [codec.encode_chunk(i, data[i * CHUNK:(i + 1) * CHUNK])
-              for i in range(codec.chunk_count)]
+    codec, encryption = SegmentCodec.for_copy(
+        size=len(data), chunk_size=CHUNK, compression=compression, key_provider=provider
+    )
+    stored = [
+        codec.encode_chunk(i, data[i * CHUNK : (i + 1) * CHUNK]) for i in range(codec.chunk_count)
+    ]
     index = codec.encode_index(IndexType.OFFSET, data[:100])
     manifest = Manifest(
-        copy_id="x", size=len(data), chunk_size=CHUNK,
+        copy_id="x",
+        size=len(data),
+        chunk_size=CHUNK,
         chunk_sizes=tuple(map(len, stored)) if compression else None,
-        indexes={t: IndexEntry(0, len(index), 100) for t in
-                 (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.PRODUCER_SNAPSHOT,
-                  IndexType.LEADER_EPOCH)},
-        compression=compression, encryption=encryption,
+        indexes={
+            t: IndexEntry(0, len(index), 100)
+            for t in (
+                IndexType.OFFSET,
+                IndexType.TIMESTAMP,
+                IndexType.PRODUCER_SNAPSHOT,
+                IndexType.LEADER_EPOCH,
+            )
+        },
+        compression=compression,
+        encryption=encryption,
         chunk_overhead=0 if compression else codec.chunk_overhead,
     )
     return Manifest.from_json(manifest.to_json()), stored, index
@@ -82,8 +94,9 @@ def test_round_trip(compress: bool, encrypt: bool, provider: LocalKeyFileProvide
         assert sum(map(len, stored)) < len(DATA) // 4
     if encrypt:
         assert all(DATA[:40] not in c for c in stored)
-        assert [len(c) for c in stored][:2] == ([CHUNK + 16] * 2 if not compress else
-                                                [len(stored[0]), len(stored[1])])
+        assert [len(c) for c in stored][:2] == (
+            [CHUNK + 16] * 2 if not compress else [len(stored[0]), len(stored[1])]
+        )
         # Stored sizes follow from the manifest alone (no listing): tag per chunk.
         assert manifest.stored_log_size == sum(map(len, stored))
 
@@ -101,8 +114,9 @@ def test_identical_chunks_encrypt_differently_and_segments_get_their_own_keys(
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
-def test_a_modified_chunk_fails_authentication(compress: bool,
-                                               provider: LocalKeyFileProvider) -> None:
+def test_a_modified_chunk_fails_authentication(
+    compress: bool, provider: LocalKeyFileProvider
+) -> None:
     manifest, stored, _ = encode(DATA, Compression() if compress else None, provider)
     tampered = bytearray(stored[1])
     tampered[5] ^= 0x01
@@ -123,9 +137,15 @@ def test_a_truncated_segment_fails_authentication(provider: LocalKeyFileProvider
     """Dropping the last chunk and shrinking the manifest's size is detected: the chunk count
     and the size are authenticated with every chunk."""
     manifest, stored, _ = encode(os.urandom(3 * CHUNK), None, provider)
-    forged = Manifest(copy_id="x", size=2 * CHUNK, chunk_size=CHUNK, chunk_sizes=None,
-                      indexes=manifest.indexes, encryption=manifest.encryption,
-                      chunk_overhead=16)
+    forged = Manifest(
+        copy_id="x",
+        size=2 * CHUNK,
+        chunk_size=CHUNK,
+        chunk_sizes=None,
+        indexes=manifest.indexes,
+        encryption=manifest.encryption,
+        chunk_overhead=16,
+    )
     with pytest.raises(RemoteStorageException, match="failed authentication"):
         decode_all(forged, stored[:2], provider)
 
@@ -150,8 +170,9 @@ def test_rotation_keeps_old_segments_readable(
     assert decode_all(new_manifest, new_stored, provider) == DATA
 
 
-def test_a_missing_key_names_it(tmp_path: Path, keys: dict[str, bytes],
-                                provider: LocalKeyFileProvider) -> None:
+def test_a_missing_key_names_it(
+    tmp_path: Path, keys: dict[str, bytes], provider: LocalKeyFileProvider
+) -> None:
     manifest, stored, _ = encode(DATA, None, provider)
     keyring(provider.path, "k2", {"k2": keys["k2"]})  # k1 retired too early
     with pytest.raises(RemoteStorageException, match="'k1' is not in the keyring"):
@@ -189,12 +210,16 @@ def test_a_broken_keyring_edit_keeps_the_last_good_keys(
     [
         ("nope", "not JSON"),
         ('{"active": "k1"}', "must be"),
-        ('{"active": "k9", "keys": {"k1": "' + base64.b64encode(b"k" * 32).decode() + '"}}',
-         "'active' must name"),
+        (
+            '{"active": "k9", "keys": {"k1": "' + base64.b64encode(b"k" * 32).decode() + '"}}',
+            "'active' must name",
+        ),
         ('{"active": "k1", "keys": {"k1": "c2hvcnQ="}}', "AES-256 needs 32"),
         ('{"active": "k1", "keys": {"k1": "***"}}', "not base64"),
-        ('{"active": "a b", "keys": {"a b": "' + base64.b64encode(b"k" * 32).decode() + '"}}',
-         "key id"),
+        (
+            '{"active": "a b", "keys": {"a b": "' + base64.b64encode(b"k" * 32).decode() + '"}}',
+            "key id",
+        ),
     ],
 )
 def test_an_invalid_keyring_is_a_config_error(tmp_path: Path, content: str, match: str) -> None:
@@ -232,8 +257,9 @@ def test_a_custom_provider_is_loaded_by_class_path() -> None:
     assert decode_all(manifest, stored, built) == DATA
 
 
-@pytest.mark.parametrize("path", ["no.such.module:Thing", f"{__name__}:NoSuchClass",
-                                  "builtins:object"])
+@pytest.mark.parametrize(
+    "path", ["no.such.module:Thing", f"{__name__}:NoSuchClass", "builtins:object"]
+)
 def test_a_bad_provider_class_path_is_a_config_error(path: str) -> None:
     with pytest.raises(ConfigError, match=r"encryption\.key\.provider"):
         load_key_provider(path, None, {})

@@ -138,8 +138,13 @@ class DiskChunkCache:
             self._size += size
         with self._lock:
             self._evict()
-        log.info("disk chunk cache %s: %d chunks, %d bytes (capacity %d)",
-                 directory, len(self._files), self._size, capacity)
+        log.info(
+            "disk chunk cache %s: %d chunks, %d bytes (capacity %d)",
+            directory,
+            len(self._files),
+            self._size,
+            capacity,
+        )
 
     @staticmethod
     def file_name(key: ChunkKey) -> str:
@@ -189,7 +194,7 @@ class DiskChunkCache:
             return None
         if len(raw) >= _DISK_HEADER.size:
             magic, crc, length = _DISK_HEADER.unpack_from(raw)
-            payload = raw[_DISK_HEADER.size:]
+            payload = raw[_DISK_HEADER.size :]
             if magic == _DISK_MAGIC and length == len(payload) and zlib.crc32(payload) == crc:
                 with contextlib.suppress(OSError):
                     os.utime(path)

@@ -144,8 +144,7 @@ CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
     ConfigKey(
         FETCH_PREFETCH_CHUNKS,
         "1",
-        "On sequential reads of a segment, chunks fetched ahead in the background (0-64; "
-        "0 = off).",
+        "On sequential reads of a segment, chunks fetched ahead in the background (0-64; 0 = off).",
     ),
     ConfigKey(
         FETCH_MANIFEST_CACHE_ENTRIES,
@@ -239,7 +238,9 @@ def parse_int(
         bounds = (
             f"between {minimum} and {maximum}"
             if minimum is not None and maximum is not None
-            else f"at least {minimum}" if minimum is not None else f"at most {maximum}"
+            else f"at least {minimum}"
+            if minimum is not None
+            else f"at most {maximum}"
         )
         raise ConfigError(f"{_where(key)} must be {bounds}{unit}, got {value}")
     return value
@@ -306,26 +307,45 @@ class ObjectStoreConfig:
         plugin's). Raises ``ConfigError`` naming the key."""
         prefix = configs.get(KEY_PREFIX)
         key_prefix = _checked("" if prefix is None else str(prefix), _prefix_problem, KEY_PREFIX)
-        entropy = parse_int(configs, KEY_PREFIX_ENTROPY_CHARS, 0, minimum=0,
-                            maximum=MAX_ENTROPY_CHARS)
-        chunk_size = parse_int(configs, CHUNK_SIZE, 4 * MiB, minimum=MIN_CHUNK_SIZE,
-                               maximum=MAX_CHUNK_SIZE, unit=" (bytes)")
-        part_size = parse_int(configs, UPLOAD_PART_SIZE, 8 * MiB, minimum=S3_MIN_PART_SIZE,
-                              maximum=5 * GiB, unit=" (bytes; S3's minimum part is 5 MiB)")
-        threshold = parse_int(configs, UPLOAD_MULTIPART_THRESHOLD, 8 * MiB, minimum=1,
-                              maximum=5 * GiB, unit=" (bytes)")
+        entropy = parse_int(
+            configs, KEY_PREFIX_ENTROPY_CHARS, 0, minimum=0, maximum=MAX_ENTROPY_CHARS
+        )
+        chunk_size = parse_int(
+            configs,
+            CHUNK_SIZE,
+            4 * MiB,
+            minimum=MIN_CHUNK_SIZE,
+            maximum=MAX_CHUNK_SIZE,
+            unit=" (bytes)",
+        )
+        part_size = parse_int(
+            configs,
+            UPLOAD_PART_SIZE,
+            8 * MiB,
+            minimum=S3_MIN_PART_SIZE,
+            maximum=5 * GiB,
+            unit=" (bytes; S3's minimum part is 5 MiB)",
+        )
+        threshold = parse_int(
+            configs,
+            UPLOAD_MULTIPART_THRESHOLD,
+            8 * MiB,
+            minimum=1,
+            maximum=5 * GiB,
+            unit=" (bytes)",
+        )
         parallelism = parse_int(configs, UPLOAD_PARALLELISM, 4, minimum=1, maximum=64)
         rate = parse_int(configs, UPLOAD_RATE_LIMIT, 0, minimum=0, unit=" (bytes/s; 0 = off)")
-        memory_cache = parse_int(configs, FETCH_CHUNK_CACHE_SIZE, 64 * MiB, minimum=0,
-                                 unit=" (bytes)")
+        memory_cache = parse_int(
+            configs, FETCH_CHUNK_CACHE_SIZE, 64 * MiB, minimum=0, unit=" (bytes)"
+        )
         disk_dir_raw = _parse_str(configs, FETCH_DISK_CACHE_DIR)
         disk_dir = None
         if disk_dir_raw is not None:
             if "\x00" in disk_dir_raw:
                 raise ConfigError(f"{_where(FETCH_DISK_CACHE_DIR)} contains a NUL character")
             disk_dir = Path(disk_dir_raw).expanduser().absolute()
-        disk_size = parse_int(configs, FETCH_DISK_CACHE_SIZE, 1 * GiB, minimum=1,
-                              unit=" (bytes)")
+        disk_size = parse_int(configs, FETCH_DISK_CACHE_SIZE, 1 * GiB, minimum=1, unit=" (bytes)")
         if disk_dir is not None and disk_size < chunk_size:
             raise ConfigError(
                 f"{_where(FETCH_DISK_CACHE_SIZE)} ({disk_size}) must hold at least one chunk "
@@ -338,9 +358,7 @@ class ObjectStoreConfig:
         heuristic = parse_bool(configs, COMPRESSION_HEURISTIC_ENABLED, True)
         encryption = parse_bool(configs, ENCRYPTION_ENABLED, False)
         provider = _parse_str(configs, ENCRYPTION_KEY_PROVIDER) or "file"
-        if provider != "file" and (
-            provider.count(":") != 1 or not all(provider.split(":"))
-        ):
+        if provider != "file" and (provider.count(":") != 1 or not all(provider.split(":"))):
             raise ConfigError(
                 f"{_where(ENCRYPTION_KEY_PROVIDER)} must be 'file' or 'package.module:Class', "
                 f"got {provider!r}"

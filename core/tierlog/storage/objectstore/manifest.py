@@ -207,8 +207,11 @@ class Manifest:
                 f"manifest version {version!r} is not understood (this tierlog reads version "
                 f"{MANIFEST_VERSION}); upgrade tierlog"
             )
-        _only(obj, {"version", "copy_id", "segment", "indexes", "compression", "encryption"},
-              "manifest")
+        _only(
+            obj,
+            {"version", "copy_id", "segment", "indexes", "compression", "encryption"},
+            "manifest",
+        )
         copy_id = _str(obj, "copy_id", "manifest")
         segment = _obj(obj.get("segment"), "segment")
         _only(segment, {"size", "chunk_size", "chunk_sizes"}, "segment")
@@ -228,14 +231,20 @@ class Manifest:
             index_type = _INDEX_BY_NAME.get(name)
             if index_type is None:
                 raise ManifestError(f"unknown index {name!r} in manifest")
-            if not (isinstance(value, list) and len(value) == 3
-                    and all(_is_int(v) and v >= 0 for v in value)):
+            if not (
+                isinstance(value, list)
+                and len(value) == 3
+                and all(_is_int(v) and v >= 0 for v in value)
+            ):
                 raise ManifestError(
                     f"indexes.{name} must be [position, stored size, size], got {value!r}"
                 )
             indexes[index_type] = IndexEntry(value[0], value[1], value[2])
-        missing = [INDEX_NAMES[t] for t in INDEX_ORDER
-                   if t is not IndexType.TRANSACTION and t not in indexes]
+        missing = [
+            INDEX_NAMES[t]
+            for t in INDEX_ORDER
+            if t is not IndexType.TRANSACTION and t not in indexes
+        ]
         if missing:
             raise ManifestError(f"manifest lacks the indexes {', '.join(missing)}")
 
@@ -253,8 +262,11 @@ class Manifest:
         raw_encryption = obj.get("encryption")
         if raw_encryption is not None:
             e = _obj(raw_encryption, "encryption")
-            _only(e, {"algorithm", "key_id", "wrapped_key", "key_wrap", "nonce_prefix",
-                      "nonce_scheme"}, "encryption")
+            _only(
+                e,
+                {"algorithm", "key_id", "wrapped_key", "key_wrap", "nonce_prefix", "nonce_scheme"},
+                "encryption",
+            )
             encryption = Encryption(
                 key_id=_str(e, "key_id", "encryption"),
                 wrapped_key=_b64(e, "wrapped_key"),
@@ -263,9 +275,12 @@ class Manifest:
                 key_wrap=_str(e, "key_wrap", "encryption"),
                 nonce_scheme=_str(e, "nonce_scheme", "encryption"),
             )
-            if (encryption.algorithm, encryption.key_wrap, encryption.nonce_scheme) != (
-                "AES-256-GCM", "AES-KW", "prefix4-index8"
-            ) or len(encryption.nonce_prefix) != 4 or len(encryption.wrapped_key) != 40:
+            if (
+                (encryption.algorithm, encryption.key_wrap, encryption.nonce_scheme)
+                != ("AES-256-GCM", "AES-KW", "prefix4-index8")
+                or len(encryption.nonce_prefix) != 4
+                or len(encryption.wrapped_key) != 40
+            ):
                 raise ManifestError(
                     f"encryption {encryption.algorithm}/{encryption.key_wrap}/"
                     f"{encryption.nonce_scheme} with a {len(encryption.nonce_prefix)}-byte "

@@ -104,7 +104,7 @@ class _FailingStream(io.RawIOBase):
             raise self._fault.error(f"{self._what} (connection dropped mid-read)")
         view = memoryview(buffer).cast("B")
         n = min(len(view), self._limit - self._position, len(self._data) - self._position)
-        view[:n] = self._data[self._position:self._position + n]
+        view[:n] = self._data[self._position : self._position + n]
         self._position += n
         return n
 
@@ -195,8 +195,9 @@ class InMemoryBackend(ObjectStoreBackend):
             parts: list[bytes] = []
             remaining = size
             while True:
-                want = settings.part_size if remaining is None else min(settings.part_size,
-                                                                         remaining)
+                want = (
+                    settings.part_size if remaining is None else min(settings.part_size, remaining)
+                )
                 part = _read_full(source, want)
                 if remaining is not None and len(part) < want:
                     raise RemoteStorageException(

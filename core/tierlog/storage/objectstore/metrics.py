@@ -47,8 +47,11 @@ class MetricsSnapshot:
 
     def count(self, operation: str, outcome: str | None = None) -> int:
         """Requests of ``operation`` (with ``outcome``, or all outcomes)."""
-        return sum(n for (op, out), n in self.requests.items()
-                   if op == operation and (outcome is None or out == outcome))
+        return sum(
+            n
+            for (op, out), n in self.requests.items()
+            if op == operation and (outcome is None or out == outcome)
+        )
 
 
 class ObjectStoreMetrics:
@@ -91,8 +94,11 @@ class ObjectStoreMetrics:
     def snapshot(self) -> MetricsSnapshot:
         with self._lock:
             return MetricsSnapshot(
-                dict(self._requests), dict(self._sent), dict(self._received),
-                dict(self._hits), dict(self._misses),
+                dict(self._requests),
+                dict(self._sent),
+                dict(self._received),
+                dict(self._hits),
+                dict(self._misses),
             )
 
     def collect(self) -> Iterable[Metric]:
@@ -100,14 +106,20 @@ class ObjectStoreMetrics:
         snap = self.snapshot()
         b = self.backend
         requests = CounterMetricFamily(
-            "tierlog_objectstore_requests", "Requests to the object store",
-            labels=["backend", "operation", "outcome"])
+            "tierlog_objectstore_requests",
+            "Requests to the object store",
+            labels=["backend", "operation", "outcome"],
+        )
         errors = CounterMetricFamily(
-            "tierlog_objectstore_errors", "Failed requests (throttles excluded)",
-            labels=["backend", "operation"])
+            "tierlog_objectstore_errors",
+            "Failed requests (throttles excluded)",
+            labels=["backend", "operation"],
+        )
         throttles = CounterMetricFamily(
-            "tierlog_objectstore_throttles", "Requests the store throttled",
-            labels=["backend", "operation"])
+            "tierlog_objectstore_throttles",
+            "Requests the store throttled",
+            labels=["backend", "operation"],
+        )
         failed: defaultdict[str, int] = defaultdict(int)
         throttled: defaultdict[str, int] = defaultdict(int)
         for (op, outcome), n in sorted(snap.requests.items()):
@@ -120,21 +132,28 @@ class ObjectStoreMetrics:
             errors.add_metric([b, op], n)
         for op, n in sorted(throttled.items()):
             throttles.add_metric([b, op], n)
-        sent = CounterMetricFamily("tierlog_objectstore_sent_bytes", "Bytes sent to the store",
-                                   labels=["backend", "operation"])
+        sent = CounterMetricFamily(
+            "tierlog_objectstore_sent_bytes",
+            "Bytes sent to the store",
+            labels=["backend", "operation"],
+        )
         for op, n in sorted(snap.bytes_sent.items()):
             sent.add_metric([b, op], n)
         received = CounterMetricFamily(
-            "tierlog_objectstore_received_bytes", "Bytes received from the store",
-            labels=["backend", "operation"])
+            "tierlog_objectstore_received_bytes",
+            "Bytes received from the store",
+            labels=["backend", "operation"],
+        )
         for op, n in sorted(snap.bytes_received.items()):
             received.add_metric([b, op], n)
-        hits = CounterMetricFamily("tierlog_objectstore_cache_hits", "Cache hits",
-                                   labels=["backend", "cache"])
+        hits = CounterMetricFamily(
+            "tierlog_objectstore_cache_hits", "Cache hits", labels=["backend", "cache"]
+        )
         for cache, n in sorted(snap.cache_hits.items()):
             hits.add_metric([b, cache], n)
-        misses = CounterMetricFamily("tierlog_objectstore_cache_misses", "Cache misses",
-                                     labels=["backend", "cache"])
+        misses = CounterMetricFamily(
+            "tierlog_objectstore_cache_misses", "Cache misses", labels=["backend", "cache"]
+        )
         for cache, n in sorted(snap.cache_misses.items()):
             misses.add_metric([b, cache], n)
         return [requests, errors, throttles, sent, received, hits, misses]

@@ -50,8 +50,7 @@ class TokenBucket:
         """Take ``n`` tokens, sleeping while the bucket is in debt; returns the time slept."""
         with self._lock:
             now = self._clock()
-            self._tokens = min(float(self.burst),
-                               self._tokens + (now - self._updated) * self.rate)
+            self._tokens = min(float(self.burst), self._tokens + (now - self._updated) * self.rate)
             self._updated = now
             self._tokens -= n
             wait = -self._tokens / self.rate if self._tokens < 0 else 0.0

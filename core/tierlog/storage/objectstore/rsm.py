@@ -250,7 +250,7 @@ class _ConcatReader(io.RawIOBase):
                 continue
             n = min(len(view), remaining)
             if isinstance(part, bytes):
-                view[:n] = part[self._offset:self._offset + n]
+                view[:n] = part[self._offset : self._offset + n]
             else:
                 data = part.read(n)
                 if not data:
@@ -295,7 +295,7 @@ class _ChunkStream(io.RawIOBase):
             return False
         view = memoryview(chunk)
         if self._skip:
-            view = view[self._skip:]
+            view = view[self._skip :]
             self._skip = 0
         self._current = view[: self._remaining]
         return True
@@ -385,7 +385,9 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             if ignored:
                 log.warning(
                     "%s ignores unknown configuration keys: %s (known: %s)",
-                    type(self).__name__, ", ".join(ignored), ", ".join(sorted(known)),
+                    type(self).__name__,
+                    ", ".join(ignored),
+                    ", ".join(sorted(known)),
                 )
             key_provider = None
             if config.encryption_enabled:
@@ -403,13 +405,15 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                         config.encryption_key_provider, config.encryption_key_file, configs
                     )
                 except ConfigError as exc:
-                    log.warning("encryption is off and its key provider is unusable (%s): "
-                                "segments copied encrypted cannot be read", exc)
+                    log.warning(
+                        "encryption is off and its key provider is unusable (%s): "
+                        "segments copied encrypted cannot be read",
+                        exc,
+                    )
             disk = None
             if config.fetch_disk_cache_dir is not None:
                 try:
-                    disk = DiskChunkCache(config.fetch_disk_cache_dir,
-                                          config.fetch_disk_cache_size)
+                    disk = DiskChunkCache(config.fetch_disk_cache_dir, config.fetch_disk_cache_size)
                 except OSError as exc:
                     raise ConfigError(
                         f"rsm.config.{FETCH_DISK_CACHE_DIR}={config.fetch_disk_cache_dir} "
@@ -430,11 +434,14 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             self._key_provider = key_provider
             self._bucket = (
                 TokenBucket(config.upload_rate_limit_bytes_per_second)
-                if config.upload_rate_limit_bytes_per_second else None
+                if config.upload_rate_limit_bytes_per_second
+                else None
             )
             self._chunk_cache = ChunkCache(
-                config.fetch_chunk_cache_size, disk,
-                on_hit=metrics.cache_hit, on_miss=metrics.cache_miss,
+                config.fetch_chunk_cache_size,
+                disk,
+                on_hit=metrics.cache_hit,
+                on_miss=metrics.cache_miss,
             )
             self._manifests = LruCache(config.fetch_manifest_cache_entries, lambda _s: 1)
             if config.fetch_prefetch_chunks and self._chunk_cache.enabled:
@@ -445,8 +452,11 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             self._configured = True
         log.info(
             "%s configured on %s (prefix %r, chunk %d bytes, compression %s, encryption %s)",
-            type(self).__name__, backend.location or backend.name, config.key_prefix,
-            config.chunk_size, "on" if config.compression_enabled else "off",
+            type(self).__name__,
+            backend.location or backend.name,
+            config.key_prefix,
+            config.chunk_size,
+            "on" if config.compression_enabled else "off",
             "on" if config.encryption_enabled else "off",
         )
 
@@ -560,10 +570,14 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                     f"copy of {what} failed reading the local files: {exc}"
                 ) from exc
             raise
-        log.info("copied %s (%d bytes%s%s) to %s", what, manifest.size,
-                 ", compressed" if manifest.compression else "",
-                 ", encrypted" if manifest.encryption else "",
-                 backend.location or backend.name)
+        log.info(
+            "copied %s (%d bytes%s%s) to %s",
+            what,
+            manifest.size,
+            ", compressed" if manifest.compression else "",
+            ", encrypted" if manifest.encryption else "",
+            backend.location or backend.name,
+        )
         return layout.custom_metadata()
 
     def _compression_for(self, source: BinaryIO, size: int, what: str) -> Compression | None:
@@ -613,7 +627,10 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         )
 
     def _upload_indexes(
-        self, backend: ObjectStoreBackend, keys: ObjectKeys, data: LogSegmentData,
+        self,
+        backend: ObjectStoreBackend,
+        keys: ObjectKeys,
+        data: LogSegmentData,
         codec: SegmentCodec,
     ) -> dict[IndexType, IndexEntry]:
         """Every index in one object, in ``INDEX_ORDER``; streamed from the files when stored
@@ -764,13 +781,18 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         start, end = manifest.stored_range(first, last)
         with self._require_backend().get(segment.keys.log, start, end) as body:
             for index in range(first, last + 1):
-                stored = _read_exact(body, manifest.stored_chunk_size(index),
-                                     f"chunk {index} of {segment.what}")
-                chunk = stored if segment.codec.identity else segment.codec.decode_chunk(
-                    index, stored, segment.what)
+                stored = _read_exact(
+                    body, manifest.stored_chunk_size(index), f"chunk {index} of {segment.what}"
+                )
+                chunk = (
+                    stored
+                    if segment.codec.identity
+                    else segment.codec.decode_chunk(index, stored, segment.what)
+                )
                 if admit_memory or admit_disk:
-                    self._chunk_cache.put(segment.chunk_key(index), chunk, memory=admit_memory,
-                                          disk=admit_disk)
+                    self._chunk_cache.put(
+                        segment.chunk_key(index), chunk, memory=admit_memory, disk=admit_disk
+                    )
                 yield chunk
 
     # Prefetch -----------------------------------------------------------------------------------
@@ -802,12 +824,15 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         except RuntimeError:  # shutting down
             self._settle(segment, futures, RuntimeError("the RSM is closing"))
 
-    def _prefetch(self, segment: _Segment, first: int, last: int,
-                  futures: dict[int, Future[bytes]]) -> None:
+    def _prefetch(
+        self, segment: _Segment, first: int, last: int, futures: dict[int, Future[bytes]]
+    ) -> None:
         try:
-            for index, chunk in zip(range(first, last + 1),
-                                    self._fetch_run(segment, first, last, True, True),
-                                    strict=True):
+            for index, chunk in zip(
+                range(first, last + 1),
+                self._fetch_run(segment, first, last, True, True),
+                strict=True,
+            ):
                 future = futures.pop(index)
                 with self._inflight_lock:
                     self._inflight.pop(segment.chunk_key(index), None)
@@ -818,8 +843,9 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         finally:
             self._settle(segment, futures, RuntimeError("prefetch stopped"))
 
-    def _settle(self, segment: _Segment, futures: dict[int, Future[bytes]],
-                exc: BaseException) -> None:
+    def _settle(
+        self, segment: _Segment, futures: dict[int, Future[bytes]], exc: BaseException
+    ) -> None:
         with self._inflight_lock:
             for index in futures:
                 self._inflight.pop(segment.chunk_key(index), None)
@@ -839,9 +865,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         segment = self._segment(remote_log_segment_metadata)
         entry = segment.manifest.indexes.get(index_type)
         if entry is None:
-            raise RemoteResourceNotFoundException(
-                f"{segment.what} has no {index_type} index"
-            )
+            raise RemoteResourceNotFoundException(f"{segment.what} has no {index_type} index")
         if entry.stored_size == 0:
             return io.BytesIO(b"")
         end = entry.position + entry.stored_size - 1
@@ -858,12 +882,15 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         """Delete the manifest, the log and the indexes objects; missing ones are fine."""
         backend = self._require_backend()
         keys = self._layout_of(remote_log_segment_metadata).segment_keys(
-            remote_log_segment_metadata)
+            remote_log_segment_metadata
+        )
         self._manifests.discard(keys.manifest)
         backend.delete(list(keys.all()))
-        log.info("deleted segment %s of %s",
-                 remote_log_segment_metadata.remote_log_segment_id.id,
-                 remote_log_segment_metadata.topic_id_partition)
+        log.info(
+            "deleted segment %s of %s",
+            remote_log_segment_metadata.remote_log_segment_id.id,
+            remote_log_segment_metadata.topic_id_partition,
+        )
 
     def delete_partition(self, topic_id_partition: TopicIdPartition) -> None:
         """Delete every object left under the partition's prefix (abandoned copies); the RLM

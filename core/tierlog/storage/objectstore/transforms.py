@@ -145,8 +145,9 @@ class LocalKeyFileProvider:
         except OSError as exc:
             if initial:
                 raise ConfigError(f"cannot read the keyring {self._path}: {exc}") from None
-            log.error("cannot read the keyring %s (%s); keeping the keys read before",
-                      self._path, exc)
+            log.error(
+                "cannot read the keyring %s (%s); keeping the keys read before", self._path, exc
+            )
             return
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp == self._stamp:
@@ -156,8 +157,11 @@ class LocalKeyFileProvider:
         except (OSError, ConfigError) as exc:
             if initial:
                 raise ConfigError(str(exc)) from None
-            log.error("keyring %s is invalid after a change (%s); keeping the keys read before",
-                      self._path, exc)
+            log.error(
+                "keyring %s is invalid after a change (%s); keeping the keys read before",
+                self._path,
+                exc,
+            )
             return
         self._stamp, self._active, self._keys = stamp, active, keys
         if not initial:
@@ -170,8 +174,10 @@ class LocalKeyFileProvider:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError(f"{where} is not JSON: {exc}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("keys"), dict):
-            raise ConfigError(f'{where} must be {{"active": "<id>", "keys": {{"<id>": '
-                              '"<base64 of 32 bytes>"}}}')
+            raise ConfigError(
+                f'{where} must be {{"active": "<id>", "keys": {{"<id>": '
+                '"<base64 of 32 bytes>"}}}'
+            )
         keys: dict[str, bytes] = {}
         for key_id, value in doc["keys"].items():
             if not _KEY_ID.fullmatch(key_id):
@@ -275,7 +281,8 @@ class SegmentCodec:
         self.chunk_count = -(-size // chunk_size)
         self.compression = compression
         self._compressor = (
-            None if compression is None
+            None
+            if compression is None
             else zstandard.ZstdCompressor(level=compression.level, write_content_size=True)
         )
         self._crypto = crypto
@@ -312,8 +319,14 @@ class SegmentCodec:
         encryption = Encryption(
             key_id=key_id, wrapped_key=crypto.wrap(kek, data_key), nonce_prefix=nonce_prefix
         )
-        codec = cls(size=size, chunk_size=chunk_size, compression=compression,
-                    data_key=data_key, nonce_prefix=nonce_prefix, crypto=crypto)
+        codec = cls(
+            size=size,
+            chunk_size=chunk_size,
+            compression=compression,
+            data_key=data_key,
+            nonce_prefix=nonce_prefix,
+            crypto=crypto,
+        )
         return codec, encryption
 
     @classmethod
@@ -323,8 +336,9 @@ class SegmentCodec:
         """The codec that reads a stored segment (unwrapping its data key)."""
         encryption = manifest.encryption
         if encryption is None:
-            return cls(size=manifest.size, chunk_size=manifest.chunk_size,
-                       compression=manifest.compression)
+            return cls(
+                size=manifest.size, chunk_size=manifest.chunk_size, compression=manifest.compression
+            )
         crypto = require_cryptography(RemoteStorageException)
         if key_provider is None:
             raise RemoteStorageException(
@@ -339,9 +353,14 @@ class SegmentCodec:
                 f"the data key of {what} does not unwrap with key {encryption.key_id!r}: the "
                 "keyring's key of that id is not the one the segment was written with"
             ) from None
-        return cls(size=manifest.size, chunk_size=manifest.chunk_size,
-                   compression=manifest.compression, data_key=data_key,
-                   nonce_prefix=encryption.nonce_prefix, crypto=crypto)
+        return cls(
+            size=manifest.size,
+            chunk_size=manifest.chunk_size,
+            compression=manifest.compression,
+            data_key=data_key,
+            nonce_prefix=encryption.nonce_prefix,
+            crypto=crypto,
+        )
 
     # Log chunks ---------------------------------------------------------------------------------
     def _chunk_aad(self, index: int) -> bytes:
@@ -366,8 +385,9 @@ class SegmentCodec:
         """The original bytes of chunk ``index``; ``RemoteStorageException`` if the stored
         chunk was modified, swapped or truncated."""
         expected = min(self.chunk_size, self.size - index * self.chunk_size)
-        return self._decode(data, self._chunk_aad(index), index, expected,
-                            f"chunk {index} of {what}")
+        return self._decode(
+            data, self._chunk_aad(index), index, expected, f"chunk {index} of {what}"
+        )
 
     # Indexes ------------------------------------------------------------------------------------
     def _index_aad(self, index_type: IndexType, size: int) -> tuple[bytes, int]:

@@ -129,12 +129,12 @@ class MemoryRemoteStorage(RemoteStorageManager):
         # Read everything first, then publish the entry in one assignment: a failure while
         # reading stores nothing, and a retry replaces the whole entry (including dropping a
         # transaction index the earlier attempt had).
+        snapshot = log_segment_data.producer_snapshot_index
         parts = {
             SEGMENT: log_segment_data.log_segment.read_bytes(),
             IndexType.OFFSET.value: log_segment_data.offset_index.read_bytes(),
             IndexType.TIMESTAMP.value: log_segment_data.time_index.read_bytes(),
-            IndexType.PRODUCER_SNAPSHOT.value:
-                log_segment_data.producer_snapshot_index.read_bytes(),
+            IndexType.PRODUCER_SNAPSHOT.value: snapshot.read_bytes(),
             IndexType.LEADER_EPOCH.value: bytes(log_segment_data.leader_epoch_index),
         }
         if log_segment_data.transaction_index is not None:
