@@ -27,6 +27,7 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     MofNCompleteColumn,
+    ProgressColumn,
     TaskProgressColumn,
     TextColumn,
     TimeRemainingColumn,
@@ -78,6 +79,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.is_terminal:
+            columns: tuple[ProgressColumn, ...]
             if self.unit == "bytes":
                 columns = (DownloadColumn(binary_units=True), TransferSpeedColumn())
             else:
