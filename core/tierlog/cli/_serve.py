@@ -42,7 +42,7 @@ from tierlog.spi import ConfigError
 if TYPE_CHECKING:
     from tierlog.node.node import Node, PartitionStatus
 
-_LOG = logging.getLogger("tierlog.serve")
+_LOG = logging.getLogger(__name__)
 
 
 def add_parser(commands: Any) -> None:

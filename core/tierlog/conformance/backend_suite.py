@@ -83,7 +83,7 @@ __all__ = [
     "UploadSourceError",
 ]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 _NOT_FOUND = RemoteResourceNotFoundException
 _OPERATIONS: Final = frozenset(get_args(Operation))
@@ -391,7 +391,7 @@ class ObjectStoreBackendSuite(SuiteBase):
             if left:
                 backend.delete(left)
         except Exception:  # cleanup must not mask the test's own outcome
-            log.debug("could not clean up %s", prefix, exc_info=True)
+            _LOG.debug("could not clean up %s", prefix, exc_info=True)
 
     # Helpers ------------------------------------------------------------------------------------
     @staticmethod
@@ -1089,7 +1089,7 @@ class ObjectStoreBackendSuite(SuiteBase):
                 ("get_peak_bytes", get_peak),
             ]
         )
-        log.info(
+        _LOG.info(
             "large object of %.1f MiB: upload peak %.2f MiB, get peak %.2f MiB",
             size / MiB,
             upload_peak / MiB,

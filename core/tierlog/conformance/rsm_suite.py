@@ -73,7 +73,7 @@ __all__ = [
     "segment_metadata",
 ]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 MiB: Final = 1 << 20
 _T = TypeVar("_T")
@@ -1011,7 +1011,7 @@ class RemoteStorageManagerSuite(SuiteBase):
                     ("fetch_peak_bytes", fetch_peak),
                 ]
             )
-            log.info(
+            _LOG.info(
                 "large segment of %d MiB: copy peak %.2f MiB, fetch peak %.2f MiB",
                 size // MiB,
                 copy_peak / MiB,

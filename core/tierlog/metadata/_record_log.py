@@ -55,7 +55,7 @@ from typing import Final, Self
 from tierlog._durable import fsync_directory
 from tierlog.spi import CorruptRecordError, IllegalStateError, InvalidArgumentError
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 HEADER: Final = struct.Struct(">II")
 """``length``, ``crc``: the 8-byte header in front of every payload."""
@@ -162,7 +162,7 @@ class RecordLog:
                     f"the entry there is invalid but a valid entry follows at byte {later}; "
                     "the file was left untouched"
                 )
-            log.warning(
+            _LOG.warning(
                 "record log %s: truncating a torn tail at byte %d (entry %d), dropping %d "
                 "byte(s) of an incomplete write",
                 self._path,
@@ -223,7 +223,7 @@ class RecordLog:
                 try:
                     os.ftruncate(self._fd, start)
                 except OSError:  # pragma: no cover - nothing more can be done
-                    log.exception("record log %s: cannot cut back a failed append", self._path)
+                    _LOG.exception("record log %s: cannot cut back a failed append", self._path)
                 raise
             position = start
             for payload in payloads:

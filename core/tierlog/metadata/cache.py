@@ -52,7 +52,7 @@ from tierlog.spi import (
 
 __all__ = ["LeaderEpochStateView", "RemoteLogMetadataCache"]
 
-_log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 _M64: Final = (1 << 64) - 1
 _FIB: Final = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: Fibonacci hashing of the id table
@@ -232,7 +232,7 @@ def _check_transition(
 ) -> bool:
     if (existing, target) in _VALID_TRANSITIONS:
         return True
-    _log.error(
+    _LOG.error(
         "Current state: %s can not be transitioned to target state: %s, segmentId: %s. "
         "Dropping the event",
         "null" if existing is None else existing.name,
@@ -334,7 +334,7 @@ class RemoteLogMetadataCache:
         segment again is valid only while it is COPY_SEGMENT_STARTED (it replaces the stored
         metadata); otherwise the event is logged and dropped, as Kafka does.
         """
-        _log.debug("Adding to in-progress state: [%s]", metadata)
+        _LOG.debug("Adding to in-progress state: [%s]", metadata)
         if metadata.state is not _STARTED:
             raise InvalidArgumentError(
                 f"Given remoteLogSegmentMetadata:{metadata} should have state as "
@@ -375,7 +375,7 @@ class RemoteLogMetadataCache:
         dropped. A (valid, i.e. self-) transition to COPY_SEGMENT_STARTED raises
         ``InvalidArgumentError``.
         """
-        _log.debug("Updating remote log segment metadata: [%s]", update)
+        _LOG.debug("Updating remote log segment metadata: [%s]", update)
         segment_id = update.remote_log_segment_id
         target = update.state
         uid = segment_id.id.int
@@ -385,7 +385,7 @@ class RemoteLogMetadataCache:
                 slot = self._find(uid >> 64, uid & _M64)
             if slot < 0:
                 if not self._initialized.is_set():
-                    _log.debug(
+                    _LOG.debug(
                         "Dropping the event: %s as the base-metadata about the segment was "
                         "already removed",
                         update,
@@ -798,7 +798,7 @@ class RemoteLogMetadataCache:
             return -1
         slot = state.floor(offset)
         if slot < 0:
-            _log.warning(
+            _LOG.warning(
                 "No remote segment found for leaderEpoch: %s, offset: %s", leader_epoch, offset
             )
             return -1

@@ -104,7 +104,7 @@ __all__ = [
     "tierlog_register_metadata_managers",
 ]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 DIR_CONFIG: Final = "dir"
 LOG_DIR_CONFIG: Final = "log.dir"
@@ -207,7 +207,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 raise
             self._directory = directory
             self._num_partitions = num_partitions
-            log.info(
+            _LOG.info(
                 "embedded RLMM using %s with %d metadata partitions", directory, num_partitions
             )
 
@@ -221,7 +221,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
             and not key.startswith(_IGNORED_PREFIXES)
         )
         if unknown:
-            log.warning(
+            _LOG.warning(
                 "embedded RLMM ignores unknown configuration key(s): %s", ", ".join(unknown)
             )
         directory = str(configs.get(DIR_CONFIG, "") or "").strip()
@@ -471,7 +471,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
             if record_log is not None:
                 for offset, value in self._replay(record_log):
                     if isinstance(value, RemoteLogSegmentMetadataSnapshot):
-                        log.warning(
+                        _LOG.warning(
                             "%s offset %d: skipping a snapshot record, which carries no "
                             "partition (Kafka never publishes it)",
                             record_log.path,
@@ -484,7 +484,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     try:
                         self._store.handle(value)
                     except IllegalStateError:
-                        log.warning(
+                        _LOG.warning(
                             "%s offset %d: skipping an event of %s after its deletion finished",
                             record_log.path,
                             offset,
@@ -502,7 +502,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
             raise
         with self._lock:
             self._assigned |= tips
-        log.info(
+        _LOG.info(
             "loaded %d partition(s) from metadata partition %d (%d event(s))",
             len(tips),
             partition,

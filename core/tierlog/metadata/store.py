@@ -32,7 +32,7 @@ from tierlog.spi import (
 
 __all__ = ["DEFAULT_NOT_READY_WAIT_S", "RemotePartitionMetadataStore"]
 
-_log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_NOT_READY_WAIT_S: Final = 0.1
 """How long a read waits for a loading partition before raising (Kafka waits 100 ms)."""
@@ -68,7 +68,7 @@ class RemotePartitionMetadataStore:
 
     def handle_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
         """A segment whose copy started (``InvalidArgumentError`` for any other state)."""
-        _log.debug("Adding remote log segment: %s", metadata)
+        _LOG.debug("Adding remote log segment: %s", metadata)
         self._loaded(metadata.topic_id_partition).add_copy_in_progress_segment(metadata)
 
     def handle_remote_log_segment_metadata_update(
@@ -76,19 +76,19 @@ class RemotePartitionMetadataStore:
     ) -> None:
         """A segment's state change; an update of an unknown segment is logged, not raised,
         because replaying a log must not stop at an event whose base event was removed."""
-        _log.debug("Updating remote log segment: %s", update)
+        _LOG.debug("Updating remote log segment: %s", update)
         cache = self._loaded(update.topic_id_partition)
         try:
             cache.update_remote_log_segment_metadata(update)
         except RemoteResourceNotFoundException:
-            _log.warning("Error occurred while updating the remote log segment.", exc_info=True)
+            _LOG.warning("Error occurred while updating the remote log segment.", exc_info=True)
 
     def handle_remote_partition_delete_metadata(
         self, metadata: RemotePartitionDeleteMetadata
     ) -> None:
         """Keep the partition's latest delete event (no transition check, as Kafka); on
         DELETE_PARTITION_FINISHED forget the partition and its delete event."""
-        _log.debug("Received partition delete state with: %s", metadata)
+        _LOG.debug("Received partition delete state with: %s", metadata)
         tip = metadata.topic_id_partition
         with self._lock:
             self._delete_metadata[tip] = metadata
@@ -106,7 +106,7 @@ class RemotePartitionMetadataStore:
     def mark_initialized(self, topic_id_partition: TopicIdPartition) -> None:
         """The partition's events have been replayed: its reads may be served."""
         self._loaded(topic_id_partition).mark_initialized()
-        _log.debug(
+        _LOG.debug(
             "Remote log components are initialized for user-partition: %s", topic_id_partition
         )
 
@@ -130,7 +130,7 @@ class RemotePartitionMetadataStore:
 
     def close(self) -> None:
         """Drop every partition, as Kafka's ``close``."""
-        _log.info("Clearing the entries from the store.")
+        _LOG.info("Clearing the entries from the store.")
         with self._lock:
             self._caches = {}
             self._delete_metadata = {}

@@ -28,7 +28,7 @@ from tierlog.spi._errors import PluginError
 from tierlog.spi._rlmm import RemoteLogMetadataManager
 from tierlog.spi._rsm import RemoteStorageManager
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 Kind = Literal["rsm", "rlmm"]
 
@@ -186,7 +186,7 @@ class PluginRegistry:
             dist = _dist_name(ep)
             version = ep.dist.version if ep.dist is not None else None
             if dist != CORE_DISTRIBUTION and self._only is not None and (ep.name not in self._only):
-                log.debug("plugin %s skipped: not in %s", ep.name, LOAD_ENV)
+                _LOG.debug("plugin %s skipped: not in %s", ep.name, LOAD_ENV)
                 continue
             if self._pm.has_plugin(ep.name):
                 self._fail(
@@ -220,7 +220,7 @@ class PluginRegistry:
     ) -> None:
         if self._strict:
             raise PluginError(f"plugin {plugin!r}: {message}") from cause
-        log.warning("plugin %r skipped: %s", plugin, message)
+        _LOG.warning("plugin %r skipped: %s", plugin, message)
         self._failures.append(PluginFailure(plugin, dist, version, message))
 
     def _add(self, plugin: object, name: str, dist: str | None, version: str | None) -> None:

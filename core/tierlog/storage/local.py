@@ -63,7 +63,7 @@ from tierlog.spi.hookspecs import RegisterStorageManager
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 __all__ = ["LocalTieredStorage", "tierlog_register_storage_managers"]
 
@@ -296,7 +296,7 @@ class LocalTieredStorage(RemoteStorageManager):
             node_id = _parse_int(configs, NODE_ID_CONFIG)
             broker_id = _parse_int(configs, BROKER_ID_CONFIG)
             if node_id is None and broker_id is not None:
-                log.warning(
+                _LOG.warning(
                     "%s is deprecated (Kafka stops reading it in 5.0); use %s",
                     BROKER_ID_CONFIG,
                     NODE_ID_CONFIG,
@@ -304,7 +304,7 @@ class LocalTieredStorage(RemoteStorageManager):
                 node_id = broker_id
             ignored = tuple(sorted(k for k in configs if k not in KNOWN_CONFIGS))
             if ignored:
-                log.warning(
+                _LOG.warning(
                     "LocalTieredStorage ignores unknown configuration keys: %s (known: %s)",
                     ", ".join(ignored),
                     ", ".join(sorted(KNOWN_CONFIGS)),
@@ -332,10 +332,10 @@ class LocalTieredStorage(RemoteStorageManager):
             self._node_id = node_id
             self._ignored = ignored
         if not delete_enabled:
-            log.warning(
+            _LOG.warning(
                 "%s=false: deletes of remote segments will keep the data", DELETE_ENABLE_CONFIG
             )
-        log.info(
+        _LOG.info(
             "LocalTieredStorage (node %s) %s storage directory %s",
             "?" if node_id is None else node_id,
             "opened" if existed else "created",
@@ -463,7 +463,7 @@ class LocalTieredStorage(RemoteStorageManager):
         sources.append((LEADER_EPOCH_SUFFIX, bytes(log_segment_data.leader_epoch_index)))
         sources.append((PRODUCER_SNAPSHOT_SUFFIX, log_segment_data.producer_snapshot_index))
 
-        log.debug("copying %s to %s", metadata.remote_log_segment_id, fileset.directory)
+        _LOG.debug("copying %s to %s", metadata.remote_log_segment_id, fileset.directory)
         try:
             created = not fileset.directory.is_dir()
             fileset.directory.mkdir(exist_ok=True)
@@ -479,7 +479,7 @@ class LocalTieredStorage(RemoteStorageManager):
             if isinstance(exc, OSError):
                 self._raise_storage_error("copy", metadata.remote_log_segment_id, exc)
             raise
-        log.info(
+        _LOG.info(
             "copied %s (offsets %d-%d) to %s",
             metadata.remote_log_segment_id,
             metadata.start_offset,
@@ -519,7 +519,7 @@ class LocalTieredStorage(RemoteStorageManager):
             try:
                 temp.unlink(missing_ok=True)
             except OSError:  # pragma: no cover - best effort
-                log.warning("could not remove temporary file %s", temp)
+                _LOG.warning("could not remove temporary file %s", temp)
             raise
 
     # Fetch --------------------------------------------------------------------------------------
@@ -586,7 +586,7 @@ class LocalTieredStorage(RemoteStorageManager):
         metadata = remote_log_segment_metadata
         fileset = self._fileset(metadata)
         if not self._delete_enabled:
-            log.debug("%s=false: keeping %s", DELETE_ENABLE_CONFIG, metadata.remote_log_segment_id)
+            _LOG.debug("%s=false: keeping %s", DELETE_ENABLE_CONFIG, metadata.remote_log_segment_id)
             return
         try:
             removed = self._remove(fileset)
@@ -594,7 +594,7 @@ class LocalTieredStorage(RemoteStorageManager):
                 fsync_directory(fileset.directory)
         except OSError as exc:
             self._raise_storage_error("delete", metadata.remote_log_segment_id, exc)
-        log.info("deleted %s (%d files)", metadata.remote_log_segment_id, removed)
+        _LOG.info("deleted %s (%d files)", metadata.remote_log_segment_id, removed)
 
     def delete_partition(self, topic_id_partition: TopicIdPartition) -> None:
         """Remove every segment of a partition and its directory (Kafka's ``deletePartition``,
@@ -602,7 +602,7 @@ class LocalTieredStorage(RemoteStorageManager):
         ``delete.enable``."""
         directory = self._partition_dir(topic_id_partition)
         if not self._delete_enabled:
-            log.debug("%s=false: keeping partition %s", DELETE_ENABLE_CONFIG, topic_id_partition)
+            _LOG.debug("%s=false: keeping partition %s", DELETE_ENABLE_CONFIG, topic_id_partition)
             return
         try:
             shutil.rmtree(directory)
@@ -611,7 +611,7 @@ class LocalTieredStorage(RemoteStorageManager):
         except OSError as exc:
             raise self._storage_error(f"delete of partition {topic_id_partition}", exc) from exc
         fsync_directory(directory.parent)
-        log.info("deleted partition %s", topic_id_partition)
+        _LOG.info("deleted partition %s", topic_id_partition)
 
     @staticmethod
     def _remove(fileset: _Fileset) -> int:
@@ -637,7 +637,7 @@ class LocalTieredStorage(RemoteStorageManager):
         try:
             self._remove(fileset)
         except OSError as exc:  # pragma: no cover - best effort after a failed copy
-            log.warning("could not clean up after a failed copy in %s: %s", fileset.directory, exc)
+            _LOG.warning("could not clean up after a failed copy in %s: %s", fileset.directory, exc)
 
     # Errors -------------------------------------------------------------------------------------
     @staticmethod
@@ -671,10 +671,10 @@ class LocalTieredStorage(RemoteStorageManager):
         except FileNotFoundError:
             return
         except OSError as exc:
-            log.error("cannot list %s to delete it on close: %s", root, exc)
+            _LOG.error("cannot list %s to delete it on close: %s", root, exc)
             return
         if strays:
-            log.warning(
+            _LOG.warning(
                 "%s=true but %s holds unexpected entries (%s); keeping it",
                 DELETE_ON_CLOSE_CONFIG,
                 root,
@@ -684,9 +684,9 @@ class LocalTieredStorage(RemoteStorageManager):
         try:
             shutil.rmtree(root)
         except OSError as exc:
-            log.error("could not delete %s on close: %s", root, exc)
+            _LOG.error("could not delete %s on close: %s", root, exc)
             return
-        log.info("deleted storage directory %s on close", root)
+        _LOG.info("deleted storage directory %s on close", root)
 
 
 @hookimpl

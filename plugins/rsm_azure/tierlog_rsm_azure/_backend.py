@@ -75,7 +75,7 @@ from tierlog_rsm_azure._transport import ObservedTransport, install_url_redactio
 
 __all__ = ["MAX_BLOCKS", "AzureBackend"]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 MAX_BLOCKS: Final = 50_000
 """Azure's limit of committed blocks per block blob."""
@@ -489,7 +489,7 @@ class AzureBackend(ObjectStoreBackend):
         except HttpResponseError as e:
             if e.status_code in (400, 405, 501) and _error_code(e) not in _AUTH_CODES:
                 # An endpoint without Blob Batch (some emulators, proxies): one by one.
-                log.debug(
+                _LOG.debug(
                     "Blob Batch refused by %s (%s); deleting one by one",
                     self.location,
                     e.status_code,
@@ -624,7 +624,7 @@ class _DownloadStream(io.BufferedIOBase):
                 self._body = None
                 if self._resumes > 0 and _is_transient(e):
                     self._resumes -= 1
-                    log.debug("resuming a broken download at offset %d: %s", self._offset, e)
+                    _LOG.debug("resuming a broken download at offset %d: %s", self._offset, e)
                     self._body = self._reopen(self._offset)
                     continue
                 raise (e if isinstance(e, TierlogError) else self._translate(e)) from None
@@ -676,5 +676,5 @@ class _DownloadStream(io.BufferedIOBase):
             try:
                 closer()
             except Exception:
-                log.debug("closing a download stream failed", exc_info=True)
+                _LOG.debug("closing a download stream failed", exc_info=True)
         super().close()

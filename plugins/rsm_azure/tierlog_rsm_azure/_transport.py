@@ -35,7 +35,7 @@ __all__ = [
     "redact",
 ]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 _SOCKET_BLOCK_SIZE = 64 * 1024
 """Bytes per socket ``send`` of request bodies (http.client's default is 8 KiB, which costs
@@ -177,7 +177,7 @@ class ObservedTransport(HttpTransport):  # type: ignore[type-arg]
         try:
             self._observer(operation, outcome=outcome, bytes_sent=sent, bytes_received=received)
         except Exception:
-            log.exception("request observer failed on %s (%s)", operation, outcome)
+            _LOG.exception("request observer failed on %s (%s)", operation, outcome)
 
     def open(self) -> None:
         self._inner.open()

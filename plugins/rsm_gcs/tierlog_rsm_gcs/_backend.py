@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GcsBackend"]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 SCOPES: Final = ("https://www.googleapis.com/auth/devstorage.read_write",)
 DEFAULT_ENDPOINT: Final = "https://storage.googleapis.com"
@@ -603,4 +603,4 @@ class GcsBackend(ObjectStoreBackend):
         try:
             self._bucket.delete_blob(key, retry=self._retry, timeout=self._timeout)
         except Exception:
-            log.warning("could not delete %s after a failed upload", self._where(key))
+            _LOG.warning("could not delete %s after a failed upload", self._where(key))

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_DELETE_BATCH", "MAX_PARTS", "S3Backend"]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 MAX_PARTS: Final = 10_000
 """S3's limit of parts per multipart upload: a larger known size gets larger parts."""
@@ -273,7 +273,7 @@ class S3Backend(ObjectStoreBackend):
         self._client = self._make_client()
         self._check_storage_class()
         if self._upload.part_size < AWS_MIN_PART_SIZE:
-            log.warning(
+            _LOG.warning(
                 "%s: part size %d is below 5 MiB; Amazon S3 refuses such parts "
                 "(EntityTooSmall), only some S3-compatible servers accept them",
                 self.location,
@@ -533,7 +533,7 @@ class S3Backend(ObjectStoreBackend):
                     Bucket=self.settings.bucket, Key=key, UploadId=upload_id
                 )
         except RemoteStorageException as error:
-            log.warning(
+            _LOG.warning(
                 "could not abort the multipart upload of %s/%s: %s", self.location, key, error
             )
 

@@ -35,7 +35,7 @@ from typing import Final, Generic, TypeVar
 
 __all__ = ["ChunkCache", "ChunkKey", "DiskChunkCache", "LruCache"]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -138,7 +138,7 @@ class DiskChunkCache:
             self._size += size
         with self._lock:
             self._evict()
-        log.info(
+        _LOG.info(
             "disk chunk cache %s: %d chunks, %d bytes (capacity %d)",
             directory,
             len(self._files),
@@ -160,7 +160,7 @@ class DiskChunkCache:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            log.warning("cannot remove %s from the disk cache: %s", name, exc)
+            _LOG.warning("cannot remove %s from the disk cache: %s", name, exc)
 
     def _evict(self) -> None:
         while self._size > self.capacity and self._files:
@@ -189,7 +189,7 @@ class DiskChunkCache:
             self._forget(name)
             return None
         except OSError as exc:
-            log.warning("disk cache read of %s failed (%s); dropping it", path, exc)
+            _LOG.warning("disk cache read of %s failed (%s); dropping it", path, exc)
             self._forget(name)
             return None
         if len(raw) >= _DISK_HEADER.size:
@@ -199,7 +199,7 @@ class DiskChunkCache:
                 with contextlib.suppress(OSError):
                     os.utime(path)
                 return payload
-        log.warning("disk cache entry %s is corrupt; dropping it", path)
+        _LOG.warning("disk cache entry %s is corrupt; dropping it", path)
         self._forget(name)
         return None
 
@@ -215,7 +215,7 @@ class DiskChunkCache:
                 f.write(data)
             os.replace(temp, self.directory / name)
         except OSError as exc:
-            log.warning("disk cache write to %s failed: %s", self.directory, exc)
+            _LOG.warning("disk cache write to %s failed: %s", self.directory, exc)
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
             return

@@ -36,7 +36,7 @@ __all__ = [
     "parse_int",
 ]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 MiB: Final = 1 << 20
 GiB: Final = 1 << 30

@@ -107,7 +107,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ObjectStoreRemoteStorageManager", "already_compressed"]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 _READ_BUFFER: Final = 256 << 10
 _HEURISTIC_BATCHES: Final = 8
@@ -383,7 +383,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             known = config.keys() | backend_keys | RLM_PROVIDED_KEYS
             ignored = tuple(sorted(k for k in configs if k not in known))
             if ignored:
-                log.warning(
+                _LOG.warning(
                     "%s ignores unknown configuration keys: %s (known: %s)",
                     type(self).__name__,
                     ", ".join(ignored),
@@ -405,7 +405,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                         config.encryption_key_provider, config.encryption_key_file, configs
                     )
                 except ConfigError as exc:
-                    log.warning(
+                    _LOG.warning(
                         "encryption is off and its key provider is unusable (%s): "
                         "segments copied encrypted cannot be read",
                         exc,
@@ -450,7 +450,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                 )
             self._ignored = ignored
             self._configured = True
-        log.info(
+        _LOG.info(
             "%s configured on %s (prefix %r, chunk %d bytes, compression %s, encryption %s)",
             type(self).__name__,
             backend.location or backend.name,
@@ -564,13 +564,13 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             try:
                 backend.delete(list(keys.all()))
             except Exception as cleanup:
-                log.warning("could not clean up after the failed copy of %s: %s", what, cleanup)
+                _LOG.warning("could not clean up after the failed copy of %s: %s", what, cleanup)
             if isinstance(exc, OSError):
                 raise RemoteStorageException(
                     f"copy of {what} failed reading the local files: {exc}"
                 ) from exc
             raise
-        log.info(
+        _LOG.info(
             "copied %s (%d bytes%s%s) to %s",
             what,
             manifest.size,
@@ -585,7 +585,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if not config.compression_enabled:
             return None
         if config.compression_heuristic_enabled and already_compressed(source, size):
-            log.debug("%s is already compressed by its producers: not compressing it", what)
+            _LOG.debug("%s is already compressed by its producers: not compressing it", what)
             return None
         return Compression("zstd", config.compression_level)
 
@@ -838,7 +838,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                     self._inflight.pop(segment.chunk_key(index), None)
                 future.set_result(chunk)
         except Exception as exc:
-            log.debug("prefetch of chunks %d-%d of %s failed: %s", first, last, segment.what, exc)
+            _LOG.debug("prefetch of chunks %d-%d of %s failed: %s", first, last, segment.what, exc)
             self._settle(segment, futures, exc)
         finally:
             self._settle(segment, futures, RuntimeError("prefetch stopped"))
@@ -886,7 +886,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         )
         self._manifests.discard(keys.manifest)
         backend.delete(list(keys.all()))
-        log.info(
+        _LOG.info(
             "deleted segment %s of %s",
             remote_log_segment_metadata.remote_log_segment_id.id,
             remote_log_segment_metadata.topic_id_partition,
@@ -910,4 +910,4 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             backend.delete(batch)
             deleted += len(batch)
         if deleted:
-            log.info("deleted %d leftover objects of partition %s", deleted, topic_id_partition)
+            _LOG.info("deleted %d leftover objects of partition %s", deleted, topic_id_partition)

@@ -60,7 +60,7 @@ __all__ = [
     "require_cryptography",
 ]
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 GCM_TAG_SIZE: Final = 16
 DATA_KEY_SIZE: Final = 32
@@ -145,7 +145,7 @@ class LocalKeyFileProvider:
         except OSError as exc:
             if initial:
                 raise ConfigError(f"cannot read the keyring {self._path}: {exc}") from None
-            log.error(
+            _LOG.error(
                 "cannot read the keyring %s (%s); keeping the keys read before", self._path, exc
             )
             return
@@ -157,7 +157,7 @@ class LocalKeyFileProvider:
         except (OSError, ConfigError) as exc:
             if initial:
                 raise ConfigError(str(exc)) from None
-            log.error(
+            _LOG.error(
                 "keyring %s is invalid after a change (%s); keeping the keys read before",
                 self._path,
                 exc,
@@ -165,7 +165,7 @@ class LocalKeyFileProvider:
             return
         self._stamp, self._active, self._keys = stamp, active, keys
         if not initial:
-            log.info("reloaded keyring %s: active key %s, %d keys", self._path, active, len(keys))
+            _LOG.info("reloaded keyring %s: active key %s, %d keys", self._path, active, len(keys))
 
     def _parse(self, data: bytes) -> tuple[str, dict[str, bytes]]:
         where = f"keyring {self._path}"

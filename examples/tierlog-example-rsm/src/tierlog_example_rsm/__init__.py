@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["MemoryRemoteStorage", "stored_keys", "tierlog_register_storage_managers"]
 __version__ = "0.1.0"
 
-log = logging.getLogger(__name__)
+_LOG = logging.getLogger(__name__)
 
 SEGMENT = "segment"
 """The key of the segment's bytes in a stored entry; the indexes use ``IndexType.value``."""
@@ -142,7 +142,7 @@ class MemoryRemoteStorage(RemoteStorageManager):
         segment_id = remote_log_segment_metadata.remote_log_segment_id
         with _LOCK:
             self._store()[segment_id] = parts
-        log.debug("stored %s (%d bytes)", segment_id, len(parts[SEGMENT]))
+        _LOG.debug("stored %s (%d bytes)", segment_id, len(parts[SEGMENT]))
         return None  # or CustomMetadata(b"...") to have the RLM keep something for you
 
     def _part(self, metadata: RemoteLogSegmentMetadata, part: str) -> bytes:
