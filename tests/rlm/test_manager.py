@@ -8,15 +8,22 @@ leader change).
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import pytest
 
+from tierlog.log.batch import build_batch
 from tierlog.log.checkpoint import parse_leader_epoch_checkpoint
-from tierlog.log.local_log import OffsetMovedToTieredStorageError, OffsetOutOfRangeError
-from tierlog.rlm.manager import RLMCopyTask
+from tierlog.log.local_log import LocalLog, OffsetMovedToTieredStorageError, OffsetOutOfRangeError
+from tierlog.log.record import Record
+from tierlog.metadata.embedded import EmbeddedRemoteLogMetadataManager
+from tierlog.rlm.config import RemoteLogManagerConfig
+from tierlog.rlm.manager import RemoteLogManager, RLMCopyTask, RLMExpirationTask
 from tierlog.rlm.remote_read import RemoteStorageFetchInfo
+from tierlog.rlm.scheduler import ScheduledTask
 from tierlog.spi import (
     CustomMetadata,
     IndexType,
@@ -26,10 +33,14 @@ from tierlog.spi import (
     RemoteStorageException,
     RemoteStorageNotReadyException,
     RetriableRemoteStorageException,
+    TopicIdPartition,
 )
-from tierlog.storage.local import LocalTieredStorage
+from tierlog.storage.local import LOG_SUFFIX, LocalTieredStorage
 
-from ._harness import Harness, value_of
+from ._harness import DEFAULT_TOPIC, TOPIC_ID, Clock, Harness, key_of, value_of
+
+# Generous: a bound on waits for the pools' threads on a loaded machine, never a measured time.
+_DEADLINE_S = 60.0
 
 
 @pytest.fixture
@@ -365,3 +376,101 @@ def test_reads_while_the_rlmm_is_not_ready_fail_with_the_retriable_not_ready_err
     assert h.rlmm.is_ready(h.tp)
     assert h.rlm.read(fetch).records == before
     assert h.rlm.async_read(fetch).result(timeout=10).records == before
+
+
+@pytest.fixture
+def frequent_thread_switches() -> Iterator[None]:
+    """Switch threads every microsecond instead of every 5 ms, so that a read-modify-write
+    that is not atomic gets interleaved with another thread's as often as possible."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(interval)
+
+
+@pytest.mark.usefixtures("frequent_thread_switches")
+def test_totals_equal_what_remote_storage_holds_after_concurrent_copies_and_deletes(
+    tmp_path: Path,
+) -> None:
+    """Six partitions copied by four copier threads at once, then half of them expired by four
+    expiration threads while the other half are deleted by ``stop_partitions``: the totals the
+    quickstart prints are exactly what the RLMM and the RSM hold."""
+    clock = Clock()
+    rsm = LocalTieredStorage()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    rlmm = EmbeddedRemoteLogMetadataManager()
+    rlmm.configure({"dir": str(tmp_path / "rlmm")})
+    config, unknown = RemoteLogManagerConfig.from_props(
+        {
+            "remote.log.manager.task.interval.ms": 3_600_000,  # runs only when triggered
+            "remote.log.manager.copier.thread.pool.size": 4,
+            "remote.log.manager.expiration.thread.pool.size": 4,
+        }
+    )
+    assert not unknown
+    log_dir = tmp_path / "logs"
+    rlm = RemoteLogManager(config, rsm, rlmm, broker_id=0, log_dir=log_dir, clock_ms=clock)
+    logs: list[LocalLog] = []
+    try:
+        for partition in range(6):
+            log = LocalLog.open(
+                log_dir / f"topic-{partition}",
+                DEFAULT_TOPIC,
+                topic_id=TOPIC_ID,
+                clock=clock,
+                sync=False,
+                high_watermark_follows_leo=True,
+            )
+            logs.append(log)
+            log.assign_epoch_start_offset(0, 0)
+            for first in range(0, 400, 5):
+                records = [
+                    Record(i, clock.now, key_of(first + i), value_of(first + i)) for i in range(5)
+                ]
+                log.append_as_leader(build_batch(records), 0)
+        tps = [TopicIdPartition(TOPIC_ID, "topic", p) for p in range(len(logs))]
+
+        def scheduled(
+            tp: TopicIdPartition, kind: type[RLMCopyTask] | type[RLMExpirationTask]
+        ) -> ScheduledTask:
+            task = next(t for t in rlm.tasks(tp) if isinstance(t, kind))
+            assert task.scheduled is not None
+            return task.scheduled
+
+        # Leadership schedules every task, each copy task's first run at once.
+        rlm.on_leadership_change(logs)
+        for tp in tps:
+            assert scheduled(tp, RLMCopyTask).wait_runs(1, _DEADLINE_S)
+        copied = {tp: list(rlmm.list_remote_log_segments(tp)) for tp in tps}
+        for tp, log in zip(tps, logs, strict=True):
+            assert [s.state for s in copied[tp]] == [
+                RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+            ] * len(log.sealed_segments())
+        every_copy = [s for segments in copied.values() for s in segments]
+        assert len(every_copy) >= 6 * 5
+        assert all(rsm.segment_paths(s)[LOG_SUFFIX].exists() for s in every_copy)
+        assert rlm.copied_segments == len(every_copy)
+        assert rlm.copied_bytes == sum(s.segment_size_in_bytes for s in every_copy)
+        assert rlm.deleted_segments == 0
+
+        # Expire everything remote in the first half while the second half is deleted.
+        expiring, stopping = tps[:3], tps[3:]
+        for log in logs[:3]:
+            log.update_config({**DEFAULT_TOPIC, "retention.ms": 1})
+        clock.advance(1_000)
+        runs = {tp: scheduled(tp, RLMExpirationTask).runs for tp in expiring}
+        for tp in expiring:
+            rlm.trigger(tp)
+        assert rlm.stop_partitions(stopping, delete_remote=True) == {}
+        for tp in expiring:
+            assert scheduled(tp, RLMExpirationTask).wait_runs(runs[tp] + 1, _DEADLINE_S)
+            assert list(rlmm.list_remote_log_segments(tp)) == []
+        assert not any(rsm.segment_paths(s)[LOG_SUFFIX].exists() for s in every_copy)
+        assert rlm.deleted_segments == len(every_copy)
+        assert rlm.copied_segments == len(every_copy)  # nothing copied twice
+    finally:
+        rlm.close()
+        for log in logs:
+            log.close()
+        rsm.close()
+        rlmm.close()

@@ -328,8 +328,7 @@ class RLMCopyTask(_RLMTask):
         ).result()
         elapsed = time.monotonic() - started
         rlm.metrics.record_copy_bytes(self.tp.topic, inputs.size_in_bytes)
-        rlm.copied_bytes += inputs.size_in_bytes
-        rlm.copied_segments += 1
+        rlm._count_copied(inputs.size_in_bytes)
         last_epoch = max(inputs.segment_leader_epochs) if inputs.segment_leader_epochs else -1
         self.copied_offset = (inputs.end_offset, last_epoch)
         self.log.update_highest_offset_in_remote_storage(inputs.end_offset)
@@ -576,9 +575,12 @@ class RemoteLogManager:
         self._being_copied: set[RemoteLogSegmentId] = set()
         self._being_copied_lock = threading.Lock()
         self._closed = False
-        self.copied_bytes = 0
-        self.copied_segments = 0
-        self.deleted_segments = 0
+        # The totals behind copied_bytes, copied_segments and deleted_segments: bumped by the
+        # copier and expiration pools' threads at once, so only under _counters_lock.
+        self._counters_lock = threading.Lock()
+        self._copied_bytes = 0
+        self._copied_segments = 0
+        self._deleted_segments = 0
         self.index_cache = RemoteIndexCache(
             rsm,
             Path(log_dir),
@@ -636,6 +638,38 @@ class RemoteLogManager:
         self.metrics.register_gauge_callback(
             "RemoteLogReaderAvgIdlePercent", {}, lambda: self.reader_pool.idle_percent
         )
+
+    # Totals ---------------------------------------------------------------------------------------
+    @property
+    def copied_bytes(self) -> int:
+        """Bytes of the segments this manager copied to remote storage (``COPY_SEGMENT_FINISHED``
+        published) since it was created: what ``tierlog quickstart`` reports as tiered."""
+        with self._counters_lock:
+            return self._copied_bytes
+
+    @property
+    def copied_segments(self) -> int:
+        """Segments this manager copied to remote storage since it was created."""
+        with self._counters_lock:
+            return self._copied_segments
+
+    @property
+    def deleted_segments(self) -> int:
+        """Remote segments this manager deleted (``DELETE_SEGMENT_FINISHED`` published) since it
+        was created: expired ones, partial copies cleaned up, those of deleted partitions."""
+        with self._counters_lock:
+            return self._deleted_segments
+
+    def _count_copied(self, size_in_bytes: int) -> None:
+        # ``+=`` on an attribute is a read, an add and a write: two copier threads could both
+        # read the old total and one copy would be lost.
+        with self._counters_lock:
+            self._copied_segments += 1
+            self._copied_bytes += size_in_bytes
+
+    def _count_deleted(self, segments: int) -> None:
+        with self._counters_lock:
+            self._deleted_segments += segments
 
     # Leadership -----------------------------------------------------------------------------------
     def on_leadership_change(
@@ -745,7 +779,7 @@ class RemoteLogManager:
         ]:
             f.result()
         self.rsm.delete_partition(tp)
-        self.deleted_segments += len(segments)
+        self._count_deleted(len(segments))
         return len(segments)
 
     # Shared by the tasks --------------------------------------------------------------------------
@@ -771,7 +805,7 @@ class RemoteLogManager:
             self.metrics.record_delete_error(topic)
             raise
         self.metrics.record_delete(topic)
-        self.deleted_segments += 1
+        self._count_deleted(1)
         return True
 
     def _update(
