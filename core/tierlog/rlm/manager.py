@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.log.checkpoint import parse_leader_epoch_checkpoint
@@ -529,11 +529,13 @@ class RLMFollowerTask(_RLMTask):
 
 @dataclass
 class _PartitionTasks:
+    """A partition's tasks: copy and expiration while this node leads it, follower while it
+    follows; the log they were made for (a new ``LocalLog`` for the partition replaces them)."""
+
     log: LocalLog
     copy: RLMCopyTask | None = None
     expiration: RLMExpirationTask | None = None
     follower: RLMFollowerTask | None = None
-    tasks: list[_RLMTask] = field(default_factory=list)
 
 
 # The manager -----------------------------------------------------------------------------------
@@ -897,17 +899,6 @@ class RemoteLogManager:
         if found is None:
             raise IllegalStateError(f"partition {tp} is not managed by the remote log manager")
         return found
-
-    def is_partition_ready(self, tp: TopicPartition | TopicIdPartition) -> bool:
-        try:
-            return self.rlmm.is_ready(self.topic_id_partition(tp))
-        except IllegalStateError:
-            return False
-
-    def fetch_remote_log_segment_metadata(
-        self, tp: TopicPartition | TopicIdPartition, epoch: int, offset: int
-    ) -> RemoteLogSegmentMetadata | None:
-        return self.rlmm.remote_log_segment_metadata(self.topic_id_partition(tp), epoch, offset)
 
     # Follower bootstrap ---------------------------------------------------------------------------
     def build_remote_log_aux_state(
