@@ -1,16 +1,28 @@
-"""The ``pytest11`` plugin: adds tierlog's command-line options and markers, nothing else.
+"""The ``pytest11`` plugin: tierlog's command-line options and markers, and the suite guard.
 
-The tests live in the suite classes; this only lets a run choose the plugin under test::
+The tests live in the suite classes; this lets a run choose the plugin under test::
 
     pytest --tierlog-rsm local
     pytest --tierlog-rlmm my_package.rlmm:MyRLMM --tierlog-config dir=/tmp/x
+
+and refuses to collect a suite subclass whose standard tests do not resolve to the suite's own
+(``shadowed_standard_tests``): the class statement already refuses that, but a test can still be
+replaced afterwards (``TestMine.test_x = ...``), and what counts is the class pytest collects.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from tierlog.conformance._base import CONFIG_OPTION, RLMM_OPTION, RSM_OPTION
+from tierlog.conformance._base import (
+    CONFIG_OPTION,
+    RLMM_OPTION,
+    RSM_OPTION,
+    SuiteBase,
+    shadowed_standard_tests,
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,3 +60,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "tierlog_large: a conformance test that moves hundreds of MiB"
     )
     config.addinivalue_line("markers", "slow: a long-running test")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> None:
+    """Fail the collection of a module holding a suite subclass with a shadowed standard test.
+
+    Returns ``None`` so that pytest's own implementation still builds the item.
+    """
+    if isinstance(obj, type) and issubclass(obj, SuiteBase):
+        problems = shadowed_standard_tests(obj)
+        if problems:
+            raise collector.CollectError("\n".join(problems))
