@@ -39,7 +39,7 @@ from typing import Final
 from tierlog.cli import main as cli_main
 from tierlog.log.batch import ControlRecordType, build_batch, build_control_batch
 from tierlog.log.compression import CompressionType
-from tierlog.log.index import rebuild_indexes
+from tierlog.log.indexer import rebuild_indexes
 from tierlog.log.offset_index import OffsetIndex
 from tierlog.log.reader import iter_batches
 from tierlog.log.record import Record

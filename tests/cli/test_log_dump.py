@@ -32,7 +32,7 @@ from tierlog.log.batch import (
 )
 from tierlog.log.checkpoint import write_leader_epoch_checkpoint, write_partition_metadata
 from tierlog.log.crc import crc32c
-from tierlog.log.index import rebuild_indexes
+from tierlog.log.indexer import rebuild_indexes
 from tierlog.log.offset_index import OffsetIndex
 from tierlog.log.producer_snapshot import ProducerSnapshotEntry, write_producer_snapshot
 from tierlog.log.reader import iter_batches, iter_batches_with_records

@@ -20,15 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tierlog.log.index import (
-    BatchIndexInfo,
     CorruptIndexError,
     IndexOffsetOverflowError,
     InvalidOffsetError,
     OffsetPosition,
-    SegmentIndexer,
     TimestampOffset,
-    rebuild_indexes,
 )
+from tierlog.log.indexer import BatchIndexInfo, SegmentIndexer, rebuild_indexes
 from tierlog.log.offset_index import OffsetIndex
 from tierlog.log.time_index import TimeIndex
 from tierlog.log.txn_index import (

@@ -9,7 +9,7 @@ of ``FileRecords`` it uses. The segment owns four files named by its base offset
   preallocated to ``segment.index.bytes`` when first used;
 - ``.txnindex``: the aborted transactions the segment completes, created by the first abort.
 
-Index bookkeeping on append is ``index.SegmentIndexer`` (Kafka's ``LogSegment.append``): an
+Index bookkeeping on append is ``indexer.SegmentIndexer`` (Kafka's ``LogSegment.append``): an
 offset index entry about every ``index.interval.bytes``, and the time index follows the largest
 timestamp seen. ``recover`` re-scans the batches with their CRCs, rebuilds all three indexes,
 replays producer state and leader epochs, and truncates a torn or corrupt tail.
@@ -58,10 +58,9 @@ from tierlog.log.index import (
     NO_TIMESTAMP,
     IndexOffsetOverflowError,
     OffsetPosition,
-    SegmentIndexer,
     TimestampOffset,
-    rebuild_indexes,
 )
+from tierlog.log.indexer import SegmentIndexer, rebuild_indexes
 from tierlog.log.leader_epoch_cache import LeaderEpochFileCache
 from tierlog.log.log_config import LogConfig
 from tierlog.log.offset_index import OffsetIndex
