@@ -14,6 +14,7 @@ import base64
 import json
 import logging
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tierlog.properties import (
+    ConfigKey,
     ConfigValueError,
     at_least,
     between,
@@ -357,6 +359,53 @@ def test_validators_use_kafkas_words() -> None:
     non_empty("k", None)
     with pytest.raises(ConfigValueError, match="String must be non-empty"):
         non_empty("k", "")
+
+
+# Key tables ------------------------------------------------------------------------------------
+def test_a_config_key_parses_as_its_kafka_type() -> None:
+    assert ConfigKey("a.b", "int").parse(" 7 ") == 7
+    assert ConfigKey("a.b", "long").parse(str(2**40)) == 2**40
+    assert ConfigKey("a.b", "boolean").parse("TRUE") is True
+    assert ConfigKey("a.b", "double").parse("0.5") == 0.5
+    assert ConfigKey("a.b", "string").parse(" x ") == "x"
+    assert ConfigKey("a.b", "list").parse("delete, ,compact,") == ("delete", "compact")
+    assert ConfigKey("a.b", "int", optional=True).parse(None) is None
+    with pytest.raises(ConfigValueError, match=r"for configuration a\.b: Not a number of type INT"):
+        ConfigKey("a.b", "int").parse(str(2**31))
+    with pytest.raises(ConfigValueError, match=r"a\.b"):
+        ConfigKey("a.b", "int").parse(None)  # not optional: None is not an integer
+    assert ConfigKey("segment.jitter.ms", "long").attr == "segment_jitter_ms"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (ConfigKey("k", "int", minimum=1), 0, "Value must be at least 1"),
+        (ConfigKey("k", "int", minimum=1), "1", "expected an integer"),
+        (ConfigKey("k", "int", minimum=1), True, "expected an integer"),
+        (ConfigKey("k", "int"), 2**31, "Not a number of type INT"),
+        (ConfigKey("k", "double", minimum=0, maximum=0.5), 0.75, "Value must be no more than 0.5"),
+        (ConfigKey("k", "double"), float("nan"), "expected a finite number"),
+        (ConfigKey("k", "long", maximum=10), 11, "Value must be no more than 10"),
+        (ConfigKey("k", "boolean"), 1, "expected a boolean"),
+        (ConfigKey("k", "string", non_empty=True), "", "String must be non-empty"),
+        (ConfigKey("k", "string", choices=("A", "B")), "C", "String must be one of: A, B"),
+        (ConfigKey("k", "string", optional=True), 3, "expected a string"),
+        (ConfigKey("k", "list"), ["a"], "expected a tuple of strings"),
+    ],
+)
+def test_a_config_key_checks_type_and_validator(key: ConfigKey, value: object, reason: str) -> None:
+    with pytest.raises(ConfigValueError, match=re.escape(f"for configuration k: {reason}")):
+        key.check(value)
+
+
+def test_a_config_key_accepts_what_its_validator_accepts() -> None:
+    ConfigKey("k", "int", minimum=1, maximum=3).check(3)
+    ConfigKey("k", "double", minimum=0, maximum=0.5).check(0.5)
+    ConfigKey("k", "string", optional=True, non_empty=True).check(None)
+    ConfigKey("k", "string", choices=("A", "B")).check("B")
+    ConfigKey("k", "list").check(("a", "b"))
+    ConfigKey("k", "boolean", minimum=1).check(False)  # bounds apply to numbers only
 
 
 def test_config_value_error_keeps_its_parts() -> None:

@@ -27,7 +27,14 @@ Files are decoded as UTF-8 by default. Kafka's ``Utils.loadProps`` reads bytes a
 The second half of the module is Kafka's ``ConfigDef.parseType`` and its range validators for the
 values read from such files (``parse_int``, ``parse_long``, ``parse_bool``, ``at_least``, ...),
 so every component of tierlog parses ``"1_000"`` or ``" true "`` the same way Kafka does and
-reports a bad one in Kafka's words, as a ``ConfigValueError`` that names the key.
+reports a bad one in Kafka's words, as a ``ConfigValueError`` that names the key. These are the
+only parsing rules: ``parse_bool`` in particular is the one reading of a boolean anywhere in
+tierlog, and a getter with a default (``tierlog.storage.objectstore.config.get_bool``) calls it.
+
+``ConfigKey`` is one row of a configuration's key table (Kafka's ``ConfigDef.define``): the key,
+its type, its validator and its documentation. ``LogConfig``, ``RemoteLogManagerConfig`` and the
+object-store RSMs (``tierlog.storage.objectstore.config`` re-exports it for plugins) describe
+their keys with it, so a key is parsed, checked and documented the same way in every one.
 """
 
 from __future__ import annotations
@@ -38,13 +45,15 @@ import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Final
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, Final, Literal
 
 from tierlog.spi import ConfigError
 
 __all__ = [
+    "ConfigKey",
     "ConfigValueError",
+    "KeyType",
     "ParsedProperties",
     "at_least",
     "between",
@@ -544,3 +553,107 @@ def non_empty(key: str, value: str | None) -> None:
     """Kafka's ``NonEmptyString``: unset is fine, an empty (or blank) string is not."""
     if value is not None and not value:
         raise ConfigValueError(key, value, "String must be non-empty")
+
+
+# Key tables (Kafka's ConfigDef.define) -----------------------------------------------------------
+KeyType = Literal["boolean", "int", "long", "double", "string", "list"]
+"""Kafka's ``ConfigDef.Type`` of a key, in lower case (``PASSWORD``, ``CLASS`` and ``SHORT`` are
+not used by tierlog)."""
+
+_TYPE_WORDS: Final[Mapping[str, str]] = {
+    "boolean": "a boolean",
+    "int": "an integer",
+    "long": "an integer",
+    "double": "a finite number",
+    "string": "a string",
+    "list": "a tuple of strings",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One key of a configuration: what ``ConfigDef.define`` says of it in Kafka.
+
+    ``name`` is the key as written in a properties file; ``kind`` its type (``parse`` turns a
+    text or a Python value into it); ``minimum``/``maximum``, ``non_empty`` and ``choices`` its
+    validator (``check``: Kafka's ``Range.atLeast``/``between``, ``NonEmptyString``,
+    ``ValidString.in``). ``optional`` says that ``None`` (unset) is a value, as for a key whose
+    Kafka default is ``null``. ``default`` and ``doc`` document the key for tables and READMEs:
+    ``default`` is text as a user would type it (or a parenthesised explanation such as
+    ``(required)``), ``None`` when the configuration's dataclass field is the documentation.
+
+    Checking is separate from parsing because configurations are also built from Python values
+    (``LogConfig(segment_bytes=...)``), which must pass the same validator as a parsed text.
+    """
+
+    name: str
+    kind: KeyType
+    _: KW_ONLY
+    minimum: float | None = None
+    maximum: float | None = None
+    optional: bool = False
+    non_empty: bool = False
+    choices: tuple[str, ...] = ()
+    default: str | None = None
+    doc: str = ""
+
+    @property
+    def attr(self) -> str:
+        """The key in snake_case: the field that holds it in tierlog's configuration classes
+        (``segment.bytes`` -> ``segment_bytes``), so a table needs no second column of names."""
+        return self.name.replace(".", "_")
+
+    def parse(self, raw: object) -> Any:
+        """Kafka's ``ConfigDef.parseType``: ``raw`` (text from a file, or a typed value) as this
+        key's type; ``ConfigValueError`` naming the key otherwise.
+
+        A ``list`` drops empty items (``delete,`` is ``("delete",)``), as Kafka's list
+        validators of topic keys do.
+        """
+        if raw is None and self.optional:
+            return None
+        if self.kind == "boolean":
+            return parse_bool(self.name, raw)
+        if self.kind == "int":
+            return parse_int(self.name, raw)
+        if self.kind == "long":
+            return parse_long(self.name, raw)
+        if self.kind == "double":
+            return parse_double(self.name, raw)
+        if self.kind == "list":
+            return tuple(item for item in parse_list(self.name, raw) if item)
+        return parse_string(self.name, raw)
+
+    def check(self, value: object) -> None:
+        """That ``value`` has this key's type and passes its validator (``ConfigValueError``).
+
+        Integers are range-checked as Kafka's ``INT``/``LONG`` (a field set in Python to
+        ``2**31`` could not be written to a properties file and read back).
+        """
+        if value is None and self.optional:
+            return
+        if self.kind == "boolean":
+            ok = isinstance(value, bool)
+        elif self.kind in ("int", "long"):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            if ok:
+                self.parse(value)
+        elif self.kind == "double":
+            ok = isinstance(value, float) and math.isfinite(value)
+        elif self.kind == "string":
+            ok = isinstance(value, str)
+        else:
+            ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+        if not ok:
+            raise ConfigValueError(self.name, value, f"expected {_TYPE_WORDS[self.kind]}")
+        if isinstance(value, str):
+            if self.non_empty:
+                non_empty(self.name, value)
+            if self.choices and value not in self.choices:
+                raise ConfigValueError(
+                    self.name, value, f"String must be one of: {', '.join(self.choices)}"
+                )
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            lowest = -math.inf if self.minimum is None else self.minimum
+            highest = math.inf if self.maximum is None else self.maximum
+            between(self.name, value, lowest, highest)

@@ -42,14 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
-from tierlog.properties import (
-    ConfigValueError,
-    parse_bool,
-    parse_int,
-    parse_list,
-    parse_long,
-    parse_string,
-)
+from tierlog.properties import ConfigKey, ConfigValueError, KeyType, parse_bool
 from tierlog.spi import ConfigError
 
 __all__ = [
@@ -106,35 +99,29 @@ _IGNORED_KEYS: Final = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Key:
-    name: str
-    attr: str
-    kind: str  # "int", "long", "bool", "str", "list", "optint"
-
-
-_KEYS: Final = (
-    _Key("segment.bytes", "segment_bytes", "int"),
-    _Key("internal.segment.bytes", "internal_segment_bytes", "optint"),
-    _Key("segment.ms", "segment_ms", "long"),
-    _Key("segment.jitter.ms", "segment_jitter_ms", "long"),
-    _Key("segment.index.bytes", "segment_index_bytes", "int"),
-    _Key("index.interval.bytes", "index_interval_bytes", "int"),
-    _Key("retention.ms", "retention_ms", "long"),
-    _Key("retention.bytes", "retention_bytes", "long"),
-    _Key("local.retention.ms", "local_retention_ms", "long"),
-    _Key("local.retention.bytes", "local_retention_bytes", "long"),
-    _Key("remote.storage.enable", "remote_storage_enable", "bool"),
-    _Key("remote.log.copy.disable", "remote_log_copy_disable", "bool"),
-    _Key("remote.copy.lag.ms", "remote_copy_lag_ms", "long"),
-    _Key("remote.copy.lag.bytes", "remote_copy_lag_bytes", "long"),
-    _Key("remote.log.delete.on.disable", "remote_log_delete_on_disable", "bool"),
-    _Key("message.timestamp.type", "message_timestamp_type", "str"),
-    _Key("message.timestamp.before.max.ms", "message_timestamp_before_max_ms", "long"),
-    _Key("message.timestamp.after.max.ms", "message_timestamp_after_max_ms", "long"),
-    _Key("max.message.bytes", "max_message_bytes", "int"),
-    _Key("cleanup.policy", "cleanup_policy", "list"),
-    _Key("flush.messages", "flush_messages", "long"),
+# Kafka's LogConfig.configDef(), for the keys this log reads: type and validator.
+_KEYS: Final[tuple[ConfigKey, ...]] = (
+    ConfigKey("segment.bytes", "int", minimum=1024 * 1024),
+    ConfigKey("internal.segment.bytes", "int", minimum=1, optional=True),
+    ConfigKey("segment.ms", "long", minimum=1),
+    ConfigKey("segment.jitter.ms", "long", minimum=0),
+    ConfigKey("segment.index.bytes", "int", minimum=_MIN_INDEX_BYTES),
+    ConfigKey("index.interval.bytes", "int", minimum=0),
+    ConfigKey("retention.ms", "long", minimum=-1),
+    ConfigKey("retention.bytes", "long"),
+    ConfigKey("local.retention.ms", "long", minimum=-2),
+    ConfigKey("local.retention.bytes", "long", minimum=-2),
+    ConfigKey("remote.storage.enable", "boolean"),
+    ConfigKey("remote.log.copy.disable", "boolean"),
+    ConfigKey("remote.copy.lag.ms", "long", minimum=-1),
+    ConfigKey("remote.copy.lag.bytes", "long", minimum=-1),
+    ConfigKey("remote.log.delete.on.disable", "boolean"),
+    ConfigKey("message.timestamp.type", "string", choices=("CreateTime", "LogAppendTime")),
+    ConfigKey("message.timestamp.before.max.ms", "long", minimum=0),
+    ConfigKey("message.timestamp.after.max.ms", "long", minimum=0),
+    ConfigKey("max.message.bytes", "int", minimum=0),
+    ConfigKey("cleanup.policy", "list"),
+    ConfigKey("flush.messages", "long", minimum=1),
 )
 KEYS: Final = tuple(k.name for k in _KEYS)
 """The Kafka keys this log interprets."""
@@ -144,21 +131,6 @@ _BY_ATTR: Final = {k.attr: k for k in _KEYS}
 
 def _invalid(key: str, value: object, why: str) -> ConfigValueError:
     return ConfigValueError(key, value, why)
-
-
-def _parse(key: _Key, raw: object) -> Any:
-    """Kafka's ``ConfigDef.parseType`` for the types used here (``tierlog.properties``)."""
-    if key.kind == "optint":
-        return None if raw is None else parse_int(key.name, raw)
-    if key.kind == "int":
-        return parse_int(key.name, raw)
-    if key.kind == "long":
-        return parse_long(key.name, raw)
-    if key.kind == "bool":
-        return parse_bool(key.name, raw)
-    if key.kind == "list":
-        return tuple(p for p in parse_list(key.name, raw) if p)
-    return parse_string(key.name, raw)
 
 
 _HOUR_MS: Final = 3600 * 1000
@@ -172,18 +144,18 @@ class _Synonym:
     passed through unparsed."""
 
     name: str
-    kind: str | None
+    kind: KeyType | None
     to_ms: int = 1
 
     def parse(self, raw: object) -> object:
         if self.kind is None:
             return raw
-        value = _parse(_Key(self.name, "", self.kind), raw)
+        value = ConfigKey(self.name, self.kind).parse(raw)
         return value * self.to_ms if self.to_ms != 1 else value
 
 
 def _same(
-    topic_key: str, kind: str | None, *, prefix: str = "log."
+    topic_key: str, kind: KeyType | None, *, prefix: str = "log."
 ) -> tuple[str, tuple[_Synonym, ...]]:
     return topic_key, (_Synonym(prefix + topic_key, kind),)
 
@@ -236,7 +208,7 @@ _SYNONYMS: Final[Mapping[str, tuple[_Synonym, ...]]] = dict(
         _same("compression.lz4.level", None, prefix=""),
         _same("compression.zstd.level", None, prefix=""),
         _same("preallocate", None),
-        _same("message.timestamp.type", "str"),
+        _same("message.timestamp.type", "string"),
         _same("message.timestamp.before.max.ms", "long"),
         _same("message.timestamp.after.max.ms", "long"),
         _same("local.retention.ms", "long"),
@@ -349,29 +321,8 @@ class LogConfig:
     """Kafka keys given but not used by this log (kept so ``to_props`` can write them back)."""
 
     def __post_init__(self) -> None:
-        self._check_types()
-        self._at_least("segment.bytes", self.segment_bytes, 1024 * 1024)
-        if self.internal_segment_bytes is not None:
-            self._at_least("internal.segment.bytes", self.internal_segment_bytes, 1)
-        self._at_least("segment.ms", self.segment_ms, 1)
-        self._at_least("segment.jitter.ms", self.segment_jitter_ms, 0)
-        self._at_least("segment.index.bytes", self.segment_index_bytes, _MIN_INDEX_BYTES)
-        self._at_least("index.interval.bytes", self.index_interval_bytes, 0)
-        self._at_least("retention.ms", self.retention_ms, -1)
-        self._at_least("local.retention.ms", self.local_retention_ms, -2)
-        self._at_least("local.retention.bytes", self.local_retention_bytes, -2)
-        self._at_least("remote.copy.lag.ms", self.remote_copy_lag_ms, -1)
-        self._at_least("remote.copy.lag.bytes", self.remote_copy_lag_bytes, -1)
-        self._at_least("message.timestamp.before.max.ms", self.message_timestamp_before_max_ms, 0)
-        self._at_least("message.timestamp.after.max.ms", self.message_timestamp_after_max_ms, 0)
-        self._at_least("max.message.bytes", self.max_message_bytes, 0)
-        self._at_least("flush.messages", self.flush_messages, 1)
-        if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
-            raise _invalid(
-                "message.timestamp.type",
-                self.message_timestamp_type,
-                "String must be one of: CreateTime, LogAppendTime",
-            )
+        for key in _KEYS:
+            key.check(getattr(self, key.attr))
         for policy in self.cleanup_policy:
             if policy.lower() not in ("delete", "compact"):
                 raise _invalid(
@@ -381,26 +332,6 @@ class LogConfig:
             self._check_remote_storage()
 
     # Validation --------------------------------------------------------------------------------
-    def _check_types(self) -> None:
-        for key in _KEYS:
-            value = getattr(self, key.attr)
-            if key.kind in ("int", "long") or (key.kind == "optint" and value is not None):
-                if not isinstance(value, int) or isinstance(value, bool):
-                    raise _invalid(key.name, value, "expected an integer")
-            elif key.kind == "bool" and not isinstance(value, bool):
-                raise _invalid(key.name, value, "expected a boolean")
-            elif key.kind == "str" and not isinstance(value, str):
-                raise _invalid(key.name, value, "expected a string")
-            elif key.kind == "list" and not (
-                isinstance(value, tuple) and all(isinstance(v, str) for v in value)
-            ):
-                raise _invalid(key.name, value, "expected a tuple of strings")
-
-    @staticmethod
-    def _at_least(key: str, value: int, minimum: int) -> None:
-        if value < minimum:
-            raise _invalid(key, value, f"Value must be at least {minimum}")
-
     def _check_remote_storage(self) -> None:
         """Kafka's checks for a topic with ``remote.storage.enable=true``."""
         policies = [p.lower() for p in self.cleanup_policy]
@@ -463,7 +394,7 @@ class LogConfig:
         for name, raw in (props or {}).items():
             key = _BY_NAME.get(name)
             if key is not None:
-                kwargs[key.attr] = _parse(key, raw)
+                kwargs[key.attr] = key.parse(raw)
             elif name in _IGNORED_KEYS:
                 _LOG.debug(
                     "Ignoring topic configuration %s=%r: not used by the local log", name, raw
@@ -592,7 +523,7 @@ class LogConfig:
             if key is None:
                 continue
             value = getattr(self, f.name)
-            if key.kind == "optint" and value is None:
+            if key.optional and value is None:
                 continue
             out[key.name] = ",".join(value) if key.kind == "list" else value
         out.update(self.ignored)

@@ -41,23 +41,12 @@ as Kafka's ``remoteLogManagerFollowerThreadPoolSize()`` does.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
-from tierlog.properties import (
-    ConfigValueError,
-    at_least,
-    between,
-    non_empty,
-    parse_bool,
-    parse_double,
-    parse_int,
-    parse_long,
-    parse_string,
-)
+from tierlog.properties import ConfigKey, ConfigValueError, at_least, parse_int
 
 __all__ = [
     "DEFAULT_METADATA_MANAGER",
@@ -117,179 +106,40 @@ def plugin_name(setting: str | None, default: str) -> str:
     return JAVA_CLASS_PLUGINS.get(setting, setting)
 
 
-@dataclass(frozen=True, slots=True)
-class _Key:
-    """One Kafka key: its field, ``ConfigDef`` type and validator."""
-
-    name: str
-    attr: str
-    kind: str  # "bool", "int", "long", "double", "string" (never None), "optstring"
-    minimum: float | None = None
-    maximum: float | None = None
-
-    def parse(self, raw: object) -> Any:
-        if self.kind == "bool":
-            return parse_bool(self.name, raw)
-        if self.kind == "int":
-            return parse_int(self.name, raw)
-        if self.kind == "long":
-            return parse_long(self.name, raw)
-        if self.kind == "double":
-            return parse_double(self.name, raw)
-        if self.kind == "optstring" and raw is None:
-            return None
-        return parse_string(self.name, raw)
-
-    def check(self, value: Any) -> None:
-        """The type a field must have, then Kafka's validator."""
-        if self.kind == "bool":
-            ok = isinstance(value, bool)
-        elif self.kind in ("int", "long"):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-            if ok:
-                # Re-parse: the same range check as for a value read from a file.
-                self.parse(value)
-        elif self.kind == "double":
-            ok = isinstance(value, float) and math.isfinite(value)
-        elif self.kind == "string":
-            ok = isinstance(value, str)
-        else:
-            ok = value is None or isinstance(value, str)
-        if not ok:
-            raise ConfigValueError(self.name, value, f"expected a value of type {self.kind}")
-        if self.kind in ("string", "optstring"):
-            non_empty(self.name, value)
-        elif self.minimum is not None and self.maximum is not None:
-            between(self.name, value, self.minimum, self.maximum)
-        elif self.minimum is not None:
-            at_least(self.name, value, self.minimum)
-
-
 # Kafka's RemoteLogManagerConfig.configDef(), key by key.
-_KEYS: Final = (
-    _Key("remote.log.storage.system.enable", "remote_log_storage_system_enable", "bool"),
-    _Key(RSM_PREFIX_KEY, "remote_log_storage_manager_impl_prefix", "string"),
-    _Key(RLMM_PREFIX_KEY, "remote_log_metadata_manager_impl_prefix", "string"),
-    _Key(
-        "remote.log.storage.manager.class.name",
-        "remote_log_storage_manager_class_name",
-        "optstring",
-    ),
-    _Key(
-        "remote.log.storage.manager.class.path",
-        "remote_log_storage_manager_class_path",
-        "optstring",
-    ),
-    _Key(
-        "remote.log.metadata.manager.class.name",
-        "remote_log_metadata_manager_class_name",
-        "optstring",
-    ),
-    _Key(
-        "remote.log.metadata.manager.class.path",
-        "remote_log_metadata_manager_class_path",
-        "optstring",
-    ),
-    _Key(
-        "remote.log.metadata.manager.listener.name",
-        "remote_log_metadata_manager_listener_name",
-        "optstring",
-    ),
-    _Key(
-        "remote.log.metadata.custom.metadata.max.bytes",
-        "remote_log_metadata_custom_metadata_max_bytes",
-        "int",
-        0,
-    ),
-    _Key(
-        "remote.log.index.file.cache.total.size.bytes",
-        "remote_log_index_file_cache_total_size_bytes",
-        "long",
-        1,
-    ),
-    _Key("remote.log.index.file.cache.ttl.ms", "remote_log_index_file_cache_ttl_ms", "long", -1),
-    _Key(
-        "remote.log.manager.copier.thread.pool.size",
-        "remote_log_manager_copier_thread_pool_size",
-        "int",
-        1,
-    ),
-    _Key(
-        "remote.log.manager.expiration.thread.pool.size",
-        "remote_log_manager_expiration_thread_pool_size",
-        "int",
-        1,
-    ),
-    _Key(_FOLLOWER_POOL_KEY, "remote_log_manager_follower_thread_pool_size", "int", 1),
-    _Key("remote.log.manager.task.interval.ms", "remote_log_manager_task_interval_ms", "long", 1),
-    _Key(
-        "remote.log.manager.task.retry.backoff.ms",
-        "remote_log_manager_task_retry_backoff_ms",
-        "long",
-        1,
-    ),
-    _Key(
-        "remote.log.manager.task.retry.backoff.max.ms",
-        "remote_log_manager_task_retry_backoff_max_ms",
-        "long",
-        1,
-    ),
-    _Key(
-        "remote.log.manager.task.retry.jitter",
-        "remote_log_manager_task_retry_jitter",
-        "double",
-        0,
-        0.5,
-    ),
-    _Key("remote.log.reader.threads", "remote_log_reader_threads", "int", 1),
-    _Key("remote.log.reader.max.pending.tasks", "remote_log_reader_max_pending_tasks", "int", 1),
-    _Key("log.local.retention.ms", "log_local_retention_ms", "long", -2),
-    _Key("log.local.retention.bytes", "log_local_retention_bytes", "long", -2),
-    _Key("log.remote.copy.lag.ms", "log_remote_copy_lag_ms", "long", -1),
-    _Key("log.remote.copy.lag.bytes", "log_remote_copy_lag_bytes", "long", -1),
-    _Key(
-        "remote.log.manager.copy.max.bytes.per.second",
-        "remote_log_manager_copy_max_bytes_per_second",
-        "long",
-        1,
-    ),
-    _Key(
-        "remote.log.manager.copy.quota.window.num",
-        "remote_log_manager_copy_quota_window_num",
-        "int",
-        1,
-    ),
-    _Key(
-        "remote.log.manager.copy.quota.window.size.seconds",
-        "remote_log_manager_copy_quota_window_size_seconds",
-        "int",
-        1,
-    ),
-    _Key(
-        "remote.log.manager.fetch.max.bytes.per.second",
-        "remote_log_manager_fetch_max_bytes_per_second",
-        "long",
-        1,
-    ),
-    _Key(
-        "remote.log.manager.fetch.quota.window.num",
-        "remote_log_manager_fetch_quota_window_num",
-        "int",
-        1,
-    ),
-    _Key(
-        "remote.log.manager.fetch.quota.window.size.seconds",
-        "remote_log_manager_fetch_quota_window_size_seconds",
-        "int",
-        1,
-    ),
-    _Key("remote.fetch.max.wait.ms", "remote_fetch_max_wait_ms", "int", 1),
-    _Key(
-        "remote.list.offsets.request.timeout.ms",
-        "remote_list_offsets_request_timeout_ms",
-        "long",
-        1,
-    ),
+_KEYS: Final[tuple[ConfigKey, ...]] = (
+    ConfigKey("remote.log.storage.system.enable", "boolean"),
+    ConfigKey(RSM_PREFIX_KEY, "string", non_empty=True),
+    ConfigKey(RLMM_PREFIX_KEY, "string", non_empty=True),
+    ConfigKey("remote.log.storage.manager.class.name", "string", optional=True, non_empty=True),
+    ConfigKey("remote.log.storage.manager.class.path", "string", optional=True, non_empty=True),
+    ConfigKey("remote.log.metadata.manager.class.name", "string", optional=True, non_empty=True),
+    ConfigKey("remote.log.metadata.manager.class.path", "string", optional=True, non_empty=True),
+    ConfigKey("remote.log.metadata.manager.listener.name", "string", optional=True, non_empty=True),
+    ConfigKey("remote.log.metadata.custom.metadata.max.bytes", "int", minimum=0),
+    ConfigKey("remote.log.index.file.cache.total.size.bytes", "long", minimum=1),
+    ConfigKey("remote.log.index.file.cache.ttl.ms", "long", minimum=-1),
+    ConfigKey("remote.log.manager.copier.thread.pool.size", "int", minimum=1),
+    ConfigKey("remote.log.manager.expiration.thread.pool.size", "int", minimum=1),
+    ConfigKey(_FOLLOWER_POOL_KEY, "int", minimum=1),
+    ConfigKey("remote.log.manager.task.interval.ms", "long", minimum=1),
+    ConfigKey("remote.log.manager.task.retry.backoff.ms", "long", minimum=1),
+    ConfigKey("remote.log.manager.task.retry.backoff.max.ms", "long", minimum=1),
+    ConfigKey("remote.log.manager.task.retry.jitter", "double", minimum=0, maximum=0.5),
+    ConfigKey("remote.log.reader.threads", "int", minimum=1),
+    ConfigKey("remote.log.reader.max.pending.tasks", "int", minimum=1),
+    ConfigKey("log.local.retention.ms", "long", minimum=-2),
+    ConfigKey("log.local.retention.bytes", "long", minimum=-2),
+    ConfigKey("log.remote.copy.lag.ms", "long", minimum=-1),
+    ConfigKey("log.remote.copy.lag.bytes", "long", minimum=-1),
+    ConfigKey("remote.log.manager.copy.max.bytes.per.second", "long", minimum=1),
+    ConfigKey("remote.log.manager.copy.quota.window.num", "int", minimum=1),
+    ConfigKey("remote.log.manager.copy.quota.window.size.seconds", "int", minimum=1),
+    ConfigKey("remote.log.manager.fetch.max.bytes.per.second", "long", minimum=1),
+    ConfigKey("remote.log.manager.fetch.quota.window.num", "int", minimum=1),
+    ConfigKey("remote.log.manager.fetch.quota.window.size.seconds", "int", minimum=1),
+    ConfigKey("remote.fetch.max.wait.ms", "int", minimum=1),
+    ConfigKey("remote.list.offsets.request.timeout.ms", "long", minimum=1),
 )
 _BY_NAME: Final = {k.name: k for k in _KEYS}
 _BY_ATTR: Final = {k.attr: k for k in _KEYS}

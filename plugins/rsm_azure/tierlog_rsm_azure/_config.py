@@ -68,73 +68,85 @@ DEFAULT_READ_TIMEOUT_MS: Final = 60_000
 CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
     ConfigKey(
         CONTAINER_NAME,
-        "(required)",
-        "The blob container segments are stored in. It must exist (tierlog never creates it); "
+        "string",
+        default="(required)",
+        doc="The blob container segments are stored in. It must exist (tierlog never creates it); "
         "3-63 characters: lowercase letters, digits and single hyphens.",
     ),
     ConfigKey(
         ACCOUNT_NAME,
-        "(unset)",
-        "The storage account. Required unless azure.connection.string or azure.endpoint.url "
+        "string",
+        default="(unset)",
+        doc="The storage account. Required unless azure.connection.string or azure.endpoint.url "
         "names it; the endpoint is then https://<account>.blob.core.windows.net.",
     ),
     ConfigKey(
         ACCOUNT_KEY,
-        "(unset)",
-        "Shared Key credential (base64) of azure.account.name. Secret: never logged.",
+        "string",
+        default="(unset)",
+        doc="Shared Key credential (base64) of azure.account.name. Secret: never logged.",
     ),
     ConfigKey(
         SAS_TOKEN,
-        "(unset)",
-        "A SAS token (with or without the leading '?') granting read, write, delete and list "
+        "string",
+        default="(unset)",
+        doc="A SAS token (with or without the leading '?') granting read, write, delete and list "
         "on the container. Secret: never logged.",
     ),
     ConfigKey(
         CONNECTION_STRING,
-        "(unset)",
-        "A full connection string (account, key or SAS, endpoints); excludes the other "
+        "string",
+        default="(unset)",
+        doc="A full connection string (account, key or SAS, endpoints); excludes the other "
         "credential keys and the account/endpoint keys. Secret: never logged.",
     ),
     ConfigKey(
         ENDPOINT_URL,
-        "(unset)",
-        "The Blob service URL, for an emulator or a private endpoint, e.g. "
+        "string",
+        default="(unset)",
+        doc="The Blob service URL, for an emulator or a private endpoint, e.g. "
         "http://127.0.0.1:10000/devstoreaccount1 for Azurite.",
     ),
     ConfigKey(
         UPLOAD_BLOCK_SIZE,
-        "(upload.part.size)",
-        f"Bytes per staged block of a large upload ({MIN_UPLOAD_BLOCK_SIZE} to "
+        "long",
+        default="(upload.part.size)",
+        doc=f"Bytes per staged block of a large upload ({MIN_UPLOAD_BLOCK_SIZE} to "
         f"{MAX_BLOCK_SIZE}; at most 50,000 blocks per object, so the largest object is 50,000 "
         "x this). An upload holds at most this x upload.parallelism of block buffers.",
     ),
     ConfigKey(
         API_VERSION,
-        "(the SDK's newest)",
-        "The Blob REST API version to speak, for emulators or Azure Stack that lag behind "
+        "string",
+        default="(the SDK's newest)",
+        doc="The Blob REST API version to speak, for emulators or Azure Stack that lag behind "
         "(e.g. 2025-11-05).",
     ),
     ConfigKey(
         RETRY_TOTAL,
-        str(DEFAULT_RETRY_TOTAL),
-        "Retries of a failed request (5xx, 503 ServerBusy, timeouts, connection errors) by the "
+        "int",
+        default=str(DEFAULT_RETRY_TOTAL),
+        doc="Retries of a failed request (5xx, 503 ServerBusy, timeouts, connection errors) by the "
         "SDK before the RSM raises a retriable error (0-20).",
     ),
     ConfigKey(
         RETRY_BACKOFF_MS,
-        str(DEFAULT_RETRY_BACKOFF_MS),
-        "Delay before the first retry; it doubles at each retry (+-20% jitter, at most "
+        "int",
+        default=str(DEFAULT_RETRY_BACKOFF_MS),
+        doc="Delay before the first retry; it doubles at each retry (+-20% jitter, at most "
         f"{MAX_RETRY_BACKOFF_S:.0f} s).",
     ),
     ConfigKey(
         CONNECTION_TIMEOUT_MS,
-        str(DEFAULT_CONNECTION_TIMEOUT_MS),
-        "Connection establishment timeout of each request.",
+        "int",
+        default=str(DEFAULT_CONNECTION_TIMEOUT_MS),
+        doc="Connection establishment timeout of each request.",
     ),
     ConfigKey(
         READ_TIMEOUT_MS,
-        str(DEFAULT_READ_TIMEOUT_MS),
-        "Socket read timeout of each request (time without a byte, not a total).",
+        "int",
+        default=str(DEFAULT_READ_TIMEOUT_MS),
+        doc="Socket read timeout of each request (time without a byte, not a total).",
     ),
 )
 

@@ -48,62 +48,84 @@ DEFAULT_MAX_ATTEMPTS: Final = 3
 """botocore's ``standard`` retry mode default: the first try and two retries."""
 
 S3_CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
-    ConfigKey(BUCKET_NAME, "(required)", "The bucket segments are stored in; it must exist."),
+    ConfigKey(
+        BUCKET_NAME,
+        "string",
+        default="(required)",
+        doc="The bucket segments are stored in; it must exist.",
+    ),
     ConfigKey(
         REGION,
-        "(SDK chain, else us-east-1)",
-        "The bucket's AWS region; unset, boto3's chain decides (AWS_REGION, "
+        "string",
+        default="(SDK chain, else us-east-1)",
+        doc="The bucket's AWS region; unset, boto3's chain decides (AWS_REGION, "
         "AWS_DEFAULT_REGION, the profile), and us-east-1 if it finds none.",
     ),
     ConfigKey(
         ENDPOINT_URL,
-        "(unset: AWS)",
-        "http(s) URL of an S3-compatible server (SeaweedFS, MinIO, Ceph...) or a VPC endpoint.",
+        "string",
+        default="(unset: AWS)",
+        doc="http(s) URL of an S3-compatible server (SeaweedFS, MinIO, Ceph...) or a VPC endpoint.",
     ),
     ConfigKey(
         PATH_STYLE,
-        "(unset: SDK decides)",
-        "true: path-style requests (http://host/bucket/key), which most S3-compatible servers "
+        "boolean",
+        default="(unset: SDK decides)",
+        doc="true: path-style requests (http://host/bucket/key), which most S3-compatible servers "
         "need; false: virtual-hosted style (http://bucket.host/key); unset: botocore's 'auto'.",
     ),
     ConfigKey(
         ACCESS_KEY_ID,
-        "(unset: default chain)",
-        "Static credentials, with aws.secret.access.key; unset, boto3's default chain is used "
+        "string",
+        default="(unset: default chain)",
+        doc="Static credentials, with aws.secret.access.key; unset, boto3's default chain is used "
         "(environment, shared files, web identity, container and instance roles).",
     ),
-    ConfigKey(SECRET_ACCESS_KEY, "(unset)", "The secret of aws.access.key.id; never logged."),
     ConfigKey(
-        SESSION_TOKEN, "(unset)", "Session token of temporary static credentials; never logged."
+        SECRET_ACCESS_KEY,
+        "string",
+        default="(unset)",
+        doc="The secret of aws.access.key.id; never logged.",
+    ),
+    ConfigKey(
+        SESSION_TOKEN,
+        "string",
+        default="(unset)",
+        doc="Session token of temporary static credentials; never logged.",
     ),
     ConfigKey(
         ATTEMPT_TIMEOUT,
-        "60000",
-        "Milliseconds one HTTP attempt may wait to connect, and between bytes received.",
+        "int",
+        default="60000",
+        doc="Milliseconds one HTTP attempt may wait to connect, and between bytes received.",
     ),
     ConfigKey(
         MAX_ATTEMPTS,
-        str(DEFAULT_MAX_ATTEMPTS),
-        "Attempts per request, first one included (botocore's standard retry mode, with "
+        "int",
+        default=str(DEFAULT_MAX_ATTEMPTS),
+        doc="Attempts per request, first one included (botocore's standard retry mode, with "
         "backoff); then throttling, 5xx and timeouts raise the retriable error.",
     ),
     ConfigKey(
         STORAGE_CLASS,
-        "(unset: bucket default)",
-        "Storage class of uploaded objects (STANDARD, INTELLIGENT_TIERING, STANDARD_IA...). "
+        "string",
+        default="(unset: bucket default)",
+        doc="Storage class of uploaded objects (STANDARD, INTELLIGENT_TIERING, STANDARD_IA...). "
         "Avoid archive classes (GLACIER, DEEP_ARCHIVE): their objects cannot be fetched.",
     ),
     ConfigKey(
         CHECKSUM_CHECK,
-        "false",
-        "true: botocore adds CRC32 checksums to uploads and validates downloads. Off by "
+        "boolean",
+        default="false",
+        doc="true: botocore adds CRC32 checksums to uploads and validates downloads. Off by "
         "default (Aiven's default too): Kafka's batches carry CRCs and encryption is "
         "authenticated, and some S3-compatible servers reject the newer checksum headers.",
     ),
     ConfigKey(
         CERTIFICATE_CHECK,
-        "true",
-        "false: accept any TLS certificate of the endpoint (tests with self-signed "
+        "boolean",
+        default="true",
+        doc="false: accept any TLS certificate of the endpoint (tests with self-signed "
         "certificates only).",
     ),
 )

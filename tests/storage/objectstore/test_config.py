@@ -29,6 +29,19 @@ def test_defaults_are_the_documented_ones() -> None:
     assert all(k.doc for k in CONFIG_KEYS)
 
 
+def test_the_table_names_each_field_with_its_type() -> None:
+    """Each documented key is the ``ObjectStoreConfig`` field of its snake_case name, of the
+    type the table gives (paths are strings in a properties file)."""
+    python_types = {"boolean": bool, "int": int, "long": int, "string": (str, Path, type(None))}
+    parsed = ObjectStoreConfig.from_configs(
+        {"fetch.disk.cache.dir": "/tmp/c", "encryption.key.file": "/tmp/k.json"}
+    )
+    for key in CONFIG_KEYS:
+        value = getattr(parsed, key.attr)
+        assert isinstance(value, python_types[key.kind]), (key.name, value)
+        assert isinstance(value, bool) == (key.kind == "boolean"), key.name
+
+
 def test_values_are_parsed() -> None:
     parsed = ObjectStoreConfig.from_configs(
         {
@@ -140,7 +153,7 @@ def test_a_missing_keyring_fails_configure(tmp_path: Path) -> None:
 def test_the_markdown_table_lists_every_key_with_its_default() -> None:
     from tierlog.storage.objectstore.config import ConfigKey, markdown_table
 
-    table = markdown_table([ConfigKey("x.y", "", "a | b"), *CONFIG_KEYS])
+    table = markdown_table([ConfigKey("x.y", "string", default="", doc="a | b"), *CONFIG_KEYS])
     rows = table.splitlines()[2:]
     assert len(rows) == len(CONFIG_KEYS) + 1
     assert rows[0] == '| `rsm.config.x.y` | `""` | a \\| b |'

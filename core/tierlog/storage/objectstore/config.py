@@ -9,8 +9,10 @@ Values are strings, as in a Java properties file; sizes are plain byte counts (K
 ``rsm.config.`` prefix the user typed) and what is accepted, at ``configure`` time, so a typo
 never surfaces as a failed copy hours later.
 
-``CONFIG_KEYS`` documents each key (name, default, meaning): the plugins' READMEs and
-``tierlog`` tooling render their tables from it.
+``CONFIG_KEYS`` documents each key (name, type, default, meaning) as ``ConfigKey`` rows, the one
+key-table type of ``tierlog.properties`` (re-exported here because plugins depend on
+``tierlog.storage``, not on core utility modules): the plugins' READMEs and ``tierlog`` tooling
+render their tables from it, and each plugin documents its own keys with the same type.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
+from tierlog.properties import ConfigKey
 from tierlog.spi import ConfigError
 from tierlog.storage.objectstore.backend import UploadSettings
 
@@ -62,15 +65,6 @@ RLM_PROVIDED_KEYS: Final = frozenset({"node.id", "broker.id", "log.dir"})
 known, so never reported as unknown, and unused by object stores."""
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    """One documented key: its name (without ``rsm.config.``), default as typed, meaning."""
-
-    name: str
-    default: str
-    doc: str
-
-
 KEY_PREFIX: Final = "key.prefix"
 KEY_PREFIX_ENTROPY_CHARS: Final = "key.prefix.entropy.chars"
 CHUNK_SIZE: Final = "chunk.size"
@@ -93,92 +87,112 @@ ENCRYPTION_KEY_FILE: Final = "encryption.key.file"
 CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
     ConfigKey(
         KEY_PREFIX,
-        "",
-        "Prepended to every object key, as typed (end it with '/' for a folder, e.g. "
+        "string",
+        default="",
+        doc="Prepended to every object key, as typed (end it with '/' for a folder, e.g. "
         f"'tiered/'). At most {KEY_PREFIX_MAX_BYTES} UTF-8 bytes, no control characters.",
     ),
     ConfigKey(
         KEY_PREFIX_ENTROPY_CHARS,
-        "0",
-        "0 = off. N (1-64) hex characters of a SHA-256 of '<topic>-<topicId>/<partition>' "
+        "int",
+        default="0",
+        doc="0 = off. N (1-64) hex characters of a SHA-256 of '<topic>-<topicId>/<partition>' "
         "inserted after the prefix ('<prefix><hash>/<topic>-...'), spreading partitions "
         "across S3 key prefixes so that request rates per prefix stay under S3's limits.",
     ),
     ConfigKey(
         CHUNK_SIZE,
-        str(4 * MiB),
-        "Bytes of the original segment per chunk: the unit of ranged reads, caching, "
+        "int",
+        default=str(4 * MiB),
+        doc="Bytes of the original segment per chunk: the unit of ranged reads, caching, "
         f"compression and encryption ({MIN_CHUNK_SIZE} to {MAX_CHUNK_SIZE}).",
     ),
     ConfigKey(
         UPLOAD_PART_SIZE,
-        str(8 * MiB),
-        "Bytes per multipart part (S3), resumable chunk (GCS) or staged block (Azure); at "
+        "long",
+        default=str(8 * MiB),
+        doc="Bytes per multipart part (S3), resumable chunk (GCS) or staged block (Azure); at "
         "least 5 MiB (S3's minimum). Upload memory is bounded by part size x parallelism.",
     ),
     ConfigKey(
         UPLOAD_MULTIPART_THRESHOLD,
-        str(8 * MiB),
-        "Objects of a known size below this are uploaded in one request.",
+        "long",
+        default=str(8 * MiB),
+        doc="Objects of a known size below this are uploaded in one request.",
     ),
-    ConfigKey(UPLOAD_PARALLELISM, "4", "Parts of one upload in flight at once (1-64)."),
+    ConfigKey(
+        UPLOAD_PARALLELISM, "int", default="4", doc="Parts of one upload in flight at once (1-64)."
+    ),
     ConfigKey(
         UPLOAD_RATE_LIMIT,
-        "0",
-        "0 = unlimited. Upload bandwidth per RSM instance in bytes/s (a token bucket on the "
+        "long",
+        default="0",
+        doc="0 = unlimited. Upload bandwidth per RSM instance in bytes/s (a token bucket on the "
         "uploaded stream; shared by concurrent copies).",
     ),
     ConfigKey(
         FETCH_CHUNK_CACHE_SIZE,
-        str(64 * MiB),
-        "Bytes of decoded chunks kept in memory (LRU); 0 disables the memory cache and "
+        "long",
+        default=str(64 * MiB),
+        doc="Bytes of decoded chunks kept in memory (LRU); 0 disables the memory cache and "
         "prefetching. Reads larger than a quarter of it (scans) bypass it.",
     ),
     ConfigKey(
         FETCH_DISK_CACHE_DIR,
-        "(unset)",
-        "A directory for a second, on-disk chunk cache that survives restarts; unset = off. "
+        "string",
+        default="(unset)",
+        doc="A directory for a second, on-disk chunk cache that survives restarts; unset = off. "
         "Entries are CRC-checked; holds decrypted data, so protect the directory.",
     ),
-    ConfigKey(FETCH_DISK_CACHE_SIZE, str(1 * GiB), "Bytes the disk cache may use."),
+    ConfigKey(
+        FETCH_DISK_CACHE_SIZE, "long", default=str(1 * GiB), doc="Bytes the disk cache may use."
+    ),
     ConfigKey(
         FETCH_PREFETCH_CHUNKS,
-        "1",
-        "On sequential reads of a segment, chunks fetched ahead in the background (0-64; 0 = off).",
+        "int",
+        default="1",
+        doc="On sequential reads of a segment, chunks fetched ahead in the background "
+        "(0-64; 0 = off).",
     ),
     ConfigKey(
         FETCH_MANIFEST_CACHE_ENTRIES,
-        "1000",
-        "Segment manifests kept in memory, so a warm fetch costs one GET (0 = off).",
+        "int",
+        default="1000",
+        doc="Segment manifests kept in memory, so a warm fetch costs one GET (0 = off).",
     ),
     ConfigKey(
         COMPRESSION_ENABLED,
-        "false",
-        "Compress each chunk with zstd. Applies to new segments; old ones stay readable.",
+        "boolean",
+        default="false",
+        doc="Compress each chunk with zstd. Applies to new segments; old ones stay readable.",
     ),
-    ConfigKey(COMPRESSION_LEVEL, "3", "zstd level (-7 to 22)."),
+    ConfigKey(COMPRESSION_LEVEL, "int", default="3", doc="zstd level (-7 to 22)."),
     ConfigKey(
         COMPRESSION_HEURISTIC_ENABLED,
-        "true",
-        "Skip compression for a segment whose first record batches are already compressed "
+        "boolean",
+        default="true",
+        doc="Skip compression for a segment whose first record batches are already compressed "
         "by the producer (compressing them again costs CPU for nothing).",
     ),
     ConfigKey(
         ENCRYPTION_ENABLED,
-        "false",
-        "Client-side envelope encryption: AES-256-GCM per chunk under a random per-segment "
+        "boolean",
+        default="false",
+        doc="Client-side envelope encryption: AES-256-GCM per chunk under a random per-segment "
         "data key, wrapped by the key provider's active key. Needs 'tierlog[encryption]'.",
     ),
     ConfigKey(
         ENCRYPTION_KEY_PROVIDER,
-        "file",
-        "'file' (the JSON keyring of encryption.key.file) or 'package.module:Class' of a "
+        "string",
+        default="file",
+        doc="'file' (the JSON keyring of encryption.key.file) or 'package.module:Class' of a "
         "KeyProvider built with the RSM's configuration mapping.",
     ),
     ConfigKey(
         ENCRYPTION_KEY_FILE,
-        "(unset)",
-        'For the file provider: a JSON keyring {"active": "k2", "keys": {"k1": "<base64 of '
+        "string",
+        default="(unset)",
+        doc='For the file provider: a JSON keyring {"active": "k2", "keys": {"k1": "<base64 of '
         '32 bytes>", "k2": "..."}}, re-read when it changes (rotation without restart). Also '
         "read with encryption.enabled=false, so segments copied encrypted stay readable.",
     ),
@@ -192,7 +206,9 @@ def markdown_table(keys: Iterable[ConfigKey] = CONFIG_KEYS) -> str:
     plugin README: ``markdown_table([*PLUGIN_KEYS, *CONFIG_KEYS])``."""
     lines = ["| Key | Default | Meaning |", "|---|---|---|"]
     for key in keys:
-        if key.default.startswith("("):
+        if key.default is None:
+            default = "-"
+        elif key.default.startswith("("):
             default = key.default.strip("()")
         else:
             default = f"`{key.default}`" if key.default else '`""`'
