@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from tierlog.metadata.partitioner import murmur2
 from tierlog.node import Node, NodeConfig
 from tierlog.node.client import TierlogClient
 from tierlog.node.http_api import HttpApi
+from tierlog.spi import IllegalStateError
 
 TIERED_SMALL = {
     "remote.storage.enable": "true",
@@ -316,3 +318,95 @@ def test_client_commands_report_an_unreachable_node(
     code, _, err = run(capsys, "status")
     assert code == 2 and f"cannot reach http://127.0.0.1:{port}" in err
     assert os.environ["TIERLOG_URL"].endswith(str(port))
+
+
+# Unusable log directories ------------------------------------------------------------------------
+def serve_with_log_dirs(
+    tmp_path: Path, log_dirs: str, *prefix: str
+) -> subprocess.CompletedProcess[str]:
+    """``tierlog serve`` on ``log_dirs`` (``prefix``: a command the process runs under)."""
+    config = write_config(tmp_path, **{"log.dirs": log_dirs})
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "tierlog.cli", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("tierlog: error:")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0]
+    assert "Node 0 stopped" not in result.stderr  # it never started
+    assert result.stdout == ""  # never listened
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_serve_on_a_log_dir_that_cannot_be_created_is_a_one_line_error(tmp_path: Path) -> None:
+    result = serve_with_log_dirs(tmp_path, "/proc/forbidden")
+    assert_one_line_error(result, "Cannot create log directory /proc/forbidden (log.dirs): ")
+
+
+def test_serve_on_a_log_dir_under_a_regular_file_is_a_one_line_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = serve_with_log_dirs(tmp_path, str(blocker / "logs"))
+    assert_one_line_error(
+        result,
+        f"Cannot create log directory {blocker / 'logs'} (log.dirs): Not a directory",
+        f"({blocker} is not a directory)",
+    )
+    assert blocker.read_text() == "not a directory"
+
+
+def test_serve_on_a_log_dir_without_write_permission_is_a_one_line_error(tmp_path: Path) -> None:
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    prefix: tuple[str, ...] = ()
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Root writes anywhere through CAP_DAC_OVERRIDE: run serve without it (and without
+        # CAP_DAC_READ_SEARCH), so that the permission bits apply as to any other user.
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root and setpriv is not installed to drop CAP_DAC_OVERRIDE")
+        prefix = (setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--")
+    try:
+        result = serve_with_log_dirs(tmp_path, str(read_only), *prefix)
+    finally:
+        read_only.chmod(0o755)
+    assert_one_line_error(
+        result, f"Log directory {read_only} (log.dirs) is not writable: Permission denied"
+    )
+    assert list(read_only.iterdir()) == []  # the write check left nothing behind
+
+
+def test_serve_without_log_dirs_warns_that_it_uses_kafkas_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The node must not really start on /tmp/kafka-logs (a shared directory of this machine):
+    # its start is replaced by one that records the directories it was given and stops there.
+    seen: list[tuple[Path, ...]] = []
+
+    def start_nothing(node: Node) -> Node:
+        seen.append(node.config.log_dirs)
+        raise IllegalStateError("not started by this test")
+
+    monkeypatch.setattr(Node, "start", start_nothing)
+    config = tmp_path / "server.properties"
+    config.write_text("tierlog.http.port=0\n")
+    assert main(["serve", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert seen == [(Path("/tmp/kafka-logs"),)]
+    (warning,) = [line for line in err.splitlines() if "WARN" in line]
+    assert "Neither log.dirs nor log.dir is set: using Kafka's default /tmp/kafka-logs" in warning
+    # With either key set, no warning.
+    config.write_text(f"tierlog.http.port=0\nlog.dir={tmp_path / 'data'}\n")
+    assert main(["serve", "--config", str(config)]) == 2
+    assert seen[-1] == (tmp_path / "data",)
+    assert "Neither log.dirs" not in capsys.readouterr().err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import re
 import threading
 import time
@@ -29,7 +30,7 @@ from tierlog.log.local_log import (
 from tierlog.log.log_config import LogConfig
 from tierlog.log.reader import iter_batches_with_records
 from tierlog.log.record import Record
-from tierlog.node import Node, NodeConfig, ProducerRecord, UnknownTopicError
+from tierlog.node import LogDirError, Node, NodeConfig, ProducerRecord, UnknownTopicError
 from tierlog.node.node import REMOTE_STORAGE_DIR, TOPICS_FILE, decode_fetched
 from tierlog.spi import (
     ConfigError,
@@ -38,6 +39,7 @@ from tierlog.spi import (
     LogSegmentData,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
+    TierlogError,
     Uuid,
 )
 from tierlog.storage.local import LocalTieredStorage
@@ -147,6 +149,34 @@ def test_calls_before_start_and_after_close_are_refused(tmp_path: Path) -> None:
         node.fetch("t", 0, 0)
     with pytest.raises(IllegalStateError, match="closed"):
         node.start()
+
+
+def test_a_log_dir_that_cannot_be_used_fails_the_start_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    node = Node(node_props(tmp_path, log_dirs=f"{tmp_path / 'ok'},{blocker / 'logs'}"))
+    with pytest.raises(LogDirError, match=re.escape(f"Cannot create log directory {blocker}")) as e:
+        node.start()
+    assert e.value.path == blocker / "logs"
+    assert isinstance(e.value, TierlogError)
+    node.close()
+
+
+def test_a_missing_log_dirs_warns_of_kafkas_default(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="tierlog.node.node"):
+        node = Node({"node.id": 3})  # not started: /tmp/kafka-logs is not touched
+    assert node.config.log_dirs == (Path("/tmp/kafka-logs"),)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Neither log.dirs nor log.dir is set: using Kafka's default /tmp/kafka-logs (data "
+        "under /tmp may not survive a reboot; set log.dirs)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tierlog.node.node"):
+        Node({"log.dir": tmp_path})
+        Node({"log.dirs": tmp_path})
+    assert caplog.records == []
 
 
 # Topics --------------------------------------------------------------------------------------

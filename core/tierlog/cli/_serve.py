@@ -20,7 +20,10 @@ SIGTERM or SIGINT stops the API first (no request reaches a closing node; reques
 get a few seconds to finish), then the node, which closes its logs cleanly (the next start does
 not recover them); the exit code is then 0. A second signal during that shutdown exits at once
 with code 1 (the logs are then recovered at the next start). A configuration error exits with
-code 2 and a message naming the key; an address already in use exits with code 1.
+code 2 and a message naming the key, as does a log directory that cannot be created, listed or
+written (the message names the directory and the reason); an address already in use exits with
+code 1. Without ``log.dirs`` (or ``log.dir``) the node uses Kafka's default ``/tmp/kafka-logs``
+and logs a warning saying so.
 """
 
 from __future__ import annotations

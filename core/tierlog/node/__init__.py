@@ -6,6 +6,7 @@ Kafka-style configuration, ``tierlog.node.http_api`` the HTTP API and metrics en
 """
 
 from tierlog.node.config import NodeConfig
+from tierlog.node.log_dirs import LogDirError
 from tierlog.node.node import (
     FetchResult,
     Node,
@@ -17,6 +18,7 @@ from tierlog.node.node import (
 
 __all__ = [
     "FetchResult",
+    "LogDirError",
     "Node",
     "NodeConfig",
     "PartitionStatus",

@@ -58,6 +58,7 @@ from tierlog.log.segment import FetchDataInfo, TimestampAndOffset
 from tierlog.log.txn_index import AbortedTxn
 from tierlog.metadata.partitioner import murmur2
 from tierlog.node.config import NodeConfig
+from tierlog.node.log_dirs import prepare_log_dir
 from tierlog.rlm.manager import RemoteLogManager
 from tierlog.rlm.metrics import RemoteStorageMetrics
 from tierlog.rlm.remote_read import RemoteStorageFetchInfo, trim_partial_batch
@@ -229,6 +230,14 @@ class Node:
         metrics: RemoteStorageMetrics | None = None,
     ) -> None:
         self.config = config if isinstance(config, NodeConfig) else NodeConfig.from_props(config)
+        if "log.dirs" not in self.config.props and "log.dir" not in self.config.props:
+            # Kafka's default, kept for compatibility; but /tmp may be cleared at reboot, and a
+            # user who forgot the key should learn where the data went.
+            _LOG.warning(
+                "Neither log.dirs nor log.dir is set: using Kafka's default %s (data under /tmp "
+                "may not survive a reboot; set log.dirs)",
+                ", ".join(str(d) for d in self.config.log_dirs),
+            )
         self.clock_ms = clock_ms
         self.metrics = metrics if metrics is not None else RemoteStorageMetrics()
         self._given_rsm = rsm
@@ -246,14 +255,17 @@ class Node:
 
     # Lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Node:
-        """Open the log directories, the plugins and the RLM; lead every partition."""
+        """Open the log directories, the plugins and the RLM; lead every partition.
+
+        ``LogDirError`` if a log directory cannot be created, listed or written.
+        """
         with self._lock:
             if self._closed:  # first: a closed node was started too, and must not pretend
                 raise IllegalStateError("the node is closed")
             if self._started:
                 return self
             for d in self.config.log_dirs:
-                d.mkdir(parents=True, exist_ok=True)
+                prepare_log_dir(d)  # LogDirError naming the directory and the reason
             self._load_topics()
             if self.config.rlm.remote_log_storage_system_enable:
                 self._start_remote()
@@ -326,7 +338,8 @@ class Node:
                 self.rsm.close()
             if self.rlmm is not None and self._given_rlmm is None:
                 self.rlmm.close()
-            _LOG.info("Node %d stopped", self.config.node_id)
+            if self._started:  # a node whose start failed never ran: its error says enough
+                _LOG.info("Node %d stopped", self.config.node_id)
 
     def __enter__(self) -> Node:
         return self.start()
