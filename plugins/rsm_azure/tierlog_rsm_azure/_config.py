@@ -17,7 +17,7 @@ from typing import Final
 
 from tierlog.spi import ConfigError
 from tierlog.storage.objectstore.backend import UploadSettings
-from tierlog.storage.objectstore.config import ConfigKey, parse_int
+from tierlog.storage.objectstore.config import ConfigKey, get_int
 
 __all__ = [
     "ACCOUNT_KEY",
@@ -270,7 +270,7 @@ class AzureSettings:
                     "signature names the account"
                 )
 
-        upload_block = parse_int(
+        upload_block = get_int(
             configs,
             UPLOAD_BLOCK_SIZE,
             upload.part_size,
@@ -284,8 +284,8 @@ class AzureSettings:
                 f"{_where(API_VERSION)} must be a REST API version like 2025-11-05, "
                 f"got {api_version!r}"
             )
-        retry_total = parse_int(configs, RETRY_TOTAL, DEFAULT_RETRY_TOTAL, minimum=0, maximum=20)
-        backoff_ms = parse_int(
+        retry_total = get_int(configs, RETRY_TOTAL, DEFAULT_RETRY_TOTAL, minimum=0, maximum=20)
+        backoff_ms = get_int(
             configs,
             RETRY_BACKOFF_MS,
             DEFAULT_RETRY_BACKOFF_MS,
@@ -293,10 +293,10 @@ class AzureSettings:
             maximum=int(MAX_RETRY_BACKOFF_S * 1000),
             unit=" (ms)",
         )
-        connect_ms = parse_int(
+        connect_ms = get_int(
             configs, CONNECTION_TIMEOUT_MS, DEFAULT_CONNECTION_TIMEOUT_MS, minimum=1, unit=" (ms)"
         )
-        read_ms = parse_int(
+        read_ms = get_int(
             configs, READ_TIMEOUT_MS, DEFAULT_READ_TIMEOUT_MS, minimum=1, unit=" (ms)"
         )
         return cls(

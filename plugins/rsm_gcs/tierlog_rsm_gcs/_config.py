@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from tierlog.spi import ConfigError
-from tierlog.storage.objectstore.config import parse_bool, parse_int
+from tierlog.storage.objectstore.config import get_bool, get_int
 
 __all__ = [
     "BUCKET_NAME",
@@ -136,7 +136,7 @@ def _optional_string(configs: Mapping[str, str], key: str) -> str | None:
 
 def _positive_ms(configs: Mapping[str, str], key: str, default: int) -> float:
     """Milliseconds (1 ms to a day) as seconds, the SDK's unit."""
-    value = parse_int(configs, key, default, minimum=1, maximum=24 * 3600 * 1000, unit=" (ms)")
+    value = get_int(configs, key, default, minimum=1, maximum=24 * 3600 * 1000, unit=" (ms)")
     return value / 1000
 
 
@@ -166,7 +166,7 @@ def parse_settings(configs: Mapping[str, str], default_chunk_size: int) -> GcsSe
         endpoint = endpoint.rstrip("/")
 
     credentials_default = (
-        parse_bool(configs, CREDENTIALS_DEFAULT, True) if CREDENTIALS_DEFAULT in configs else None
+        get_bool(configs, CREDENTIALS_DEFAULT, True) if CREDENTIALS_DEFAULT in configs else None
     )
     raw_json = configs.get(CREDENTIALS_JSON)
     credentials_json = raw_json if raw_json is not None and raw_json.strip() else None
@@ -194,7 +194,7 @@ def parse_settings(configs: Mapping[str, str], default_chunk_size: int) -> GcsSe
         )
 
     if configs.get(CHUNK_SIZE) is not None and str(configs[CHUNK_SIZE]).strip():
-        chunk_size = parse_int(
+        chunk_size = get_int(
             configs, CHUNK_SIZE, 0, minimum=CHUNK_ALIGNMENT, maximum=MAX_CHUNK_SIZE, unit=" (bytes)"
         )
         if chunk_size % CHUNK_ALIGNMENT:
@@ -226,7 +226,7 @@ def parse_settings(configs: Mapping[str, str], default_chunk_size: int) -> GcsSe
         retry_deadline_s=_positive_ms(configs, RETRY_DEADLINE_MS, DEFAULT_RETRY_DEADLINE_MS),
         retry_initial_backoff_s=initial,
         retry_max_backoff_s=maximum,
-        max_connections=parse_int(
+        max_connections=get_int(
             configs, MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS, minimum=1, maximum=1024
         ),
     )

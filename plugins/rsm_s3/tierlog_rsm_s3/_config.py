@@ -23,7 +23,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from tierlog.spi import ConfigError
-from tierlog.storage.objectstore.config import ConfigKey, parse_bool, parse_int
+from tierlog.storage.objectstore.config import ConfigKey, get_bool, get_int
 
 __all__ = ["S3_CONFIG_KEYS", "S3Settings"]
 
@@ -146,7 +146,7 @@ def _optional(configs: Mapping[str, str], key: str) -> str | None:
 def _optional_bool(configs: Mapping[str, str], key: str) -> bool | None:
     if _optional(configs, key) is None:
         return None
-    return parse_bool(configs, key, False)
+    return get_bool(configs, key, False)
 
 
 def _endpoint(configs: Mapping[str, str]) -> str | None:
@@ -228,13 +228,13 @@ class S3Settings:
             access_key_id=access_key,
             secret_access_key=secret,
             session_token=token,
-            attempt_timeout_ms=parse_int(
+            attempt_timeout_ms=get_int(
                 configs, ATTEMPT_TIMEOUT, 60_000, minimum=1, unit=" (milliseconds)"
             ),
-            max_attempts=parse_int(
+            max_attempts=get_int(
                 configs, MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, minimum=1, maximum=20
             ),
             storage_class=_optional(configs, STORAGE_CLASS),
-            checksum_check=parse_bool(configs, CHECKSUM_CHECK, False),
-            certificate_check=parse_bool(configs, CERTIFICATE_CHECK, True),
+            checksum_check=get_bool(configs, CHECKSUM_CHECK, False),
+            certificate_check=get_bool(configs, CERTIFICATE_CHECK, True),
         )

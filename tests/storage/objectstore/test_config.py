@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tierlog.properties import ConfigValueError, parse_bool
 from tierlog.spi import ConfigError, IllegalStateError, RemoteStorageException
 from tierlog.storage.objectstore import CONFIG_KEYS, MemoryObjectStoreRSM, ObjectStoreConfig
-from tierlog.storage.objectstore.config import MiB
+from tierlog.storage.objectstore.config import MiB, get_bool
 
 
 def test_defaults_are_the_documented_ones() -> None:
@@ -86,6 +87,23 @@ def test_bad_values_name_the_key(key: str, value: str, match: str) -> None:
     with pytest.raises(ConfigError, match=match) as raised:
         ObjectStoreConfig.from_configs({key: value})
     assert f"rsm.config.{key}" in str(raised.value)
+
+
+@pytest.mark.parametrize("raw", ["true", " FALSE ", "True", "yes", "1", "", "on", "tru"])
+def test_booleans_follow_the_one_kafka_rule(raw: str) -> None:
+    """``get_bool`` is ``tierlog.properties.parse_bool`` with a default: the same answer, or the
+    same refusal naming the key as the user typed it."""
+    assert get_bool({}, "compression.enabled", True) is True
+    try:
+        expected = parse_bool("compression.enabled", raw)
+    except ConfigValueError:
+        with pytest.raises(ConfigValueError, match="either true or false") as raised:
+            get_bool({"compression.enabled": raw}, "compression.enabled", False)
+        assert raised.value.key == "rsm.config.compression.enabled"
+    else:
+        assert get_bool({"compression.enabled": raw}, "compression.enabled", not expected) is (
+            expected
+        )
 
 
 def test_encryption_with_the_file_provider_needs_a_key_file() -> None:

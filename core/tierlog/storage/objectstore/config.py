@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
-from tierlog.properties import ConfigKey
+from tierlog.properties import ConfigKey, parse_bool
 from tierlog.spi import ConfigError
 from tierlog.storage.objectstore.backend import UploadSettings
 
@@ -34,9 +34,9 @@ __all__ = [
     "RLM_PROVIDED_KEYS",
     "ConfigKey",
     "ObjectStoreConfig",
+    "get_bool",
+    "get_int",
     "markdown_table",
-    "parse_bool",
-    "parse_int",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -221,19 +221,18 @@ def _where(key: str) -> str:
     return f"rsm.config.{key}"
 
 
-def parse_bool(configs: Mapping[str, str], key: str, default: bool) -> bool:
-    """``true``/``false`` (any case); anything else is refused rather than read as false, so a
-    typo cannot silently turn off encryption."""
+def get_bool(configs: Mapping[str, str], key: str, default: bool) -> bool:
+    """The boolean ``key`` of ``configs``, ``default`` when absent.
+
+    The value is read by ``tierlog.properties.parse_bool``, the one boolean rule of tierlog
+    (Kafka's: ``true``/``false`` in any case); anything else is a ``ConfigValueError`` naming
+    ``rsm.config.<key>`` rather than false, so a typo cannot silently turn off encryption.
+    """
     raw = configs.get(key)
-    if raw is None:
-        return default
-    value = str(raw).strip().lower()
-    if value in {"true", "false"}:
-        return value == "true"
-    raise ConfigError(f"{_where(key)} must be true or false, got {raw!r}")
+    return default if raw is None else parse_bool(_where(key), raw)
 
 
-def parse_int(
+def get_int(
     configs: Mapping[str, str],
     key: str,
     default: int,
@@ -323,10 +322,10 @@ class ObjectStoreConfig:
         plugin's). Raises ``ConfigError`` naming the key."""
         prefix = configs.get(KEY_PREFIX)
         key_prefix = _checked("" if prefix is None else str(prefix), _prefix_problem, KEY_PREFIX)
-        entropy = parse_int(
+        entropy = get_int(
             configs, KEY_PREFIX_ENTROPY_CHARS, 0, minimum=0, maximum=MAX_ENTROPY_CHARS
         )
-        chunk_size = parse_int(
+        chunk_size = get_int(
             configs,
             CHUNK_SIZE,
             4 * MiB,
@@ -334,7 +333,7 @@ class ObjectStoreConfig:
             maximum=MAX_CHUNK_SIZE,
             unit=" (bytes)",
         )
-        part_size = parse_int(
+        part_size = get_int(
             configs,
             UPLOAD_PART_SIZE,
             8 * MiB,
@@ -342,7 +341,7 @@ class ObjectStoreConfig:
             maximum=5 * GiB,
             unit=" (bytes; S3's minimum part is 5 MiB)",
         )
-        threshold = parse_int(
+        threshold = get_int(
             configs,
             UPLOAD_MULTIPART_THRESHOLD,
             8 * MiB,
@@ -350,9 +349,9 @@ class ObjectStoreConfig:
             maximum=5 * GiB,
             unit=" (bytes)",
         )
-        parallelism = parse_int(configs, UPLOAD_PARALLELISM, 4, minimum=1, maximum=64)
-        rate = parse_int(configs, UPLOAD_RATE_LIMIT, 0, minimum=0, unit=" (bytes/s; 0 = off)")
-        memory_cache = parse_int(
+        parallelism = get_int(configs, UPLOAD_PARALLELISM, 4, minimum=1, maximum=64)
+        rate = get_int(configs, UPLOAD_RATE_LIMIT, 0, minimum=0, unit=" (bytes/s; 0 = off)")
+        memory_cache = get_int(
             configs, FETCH_CHUNK_CACHE_SIZE, 64 * MiB, minimum=0, unit=" (bytes)"
         )
         disk_dir_raw = _parse_str(configs, FETCH_DISK_CACHE_DIR)
@@ -361,18 +360,18 @@ class ObjectStoreConfig:
             if "\x00" in disk_dir_raw:
                 raise ConfigError(f"{_where(FETCH_DISK_CACHE_DIR)} contains a NUL character")
             disk_dir = Path(disk_dir_raw).expanduser().absolute()
-        disk_size = parse_int(configs, FETCH_DISK_CACHE_SIZE, 1 * GiB, minimum=1, unit=" (bytes)")
+        disk_size = get_int(configs, FETCH_DISK_CACHE_SIZE, 1 * GiB, minimum=1, unit=" (bytes)")
         if disk_dir is not None and disk_size < chunk_size:
             raise ConfigError(
                 f"{_where(FETCH_DISK_CACHE_SIZE)} ({disk_size}) must hold at least one chunk "
                 f"({_where(CHUNK_SIZE)}={chunk_size})"
             )
-        prefetch = parse_int(configs, FETCH_PREFETCH_CHUNKS, 1, minimum=0, maximum=64)
-        manifests = parse_int(configs, FETCH_MANIFEST_CACHE_ENTRIES, 1000, minimum=0)
-        compression = parse_bool(configs, COMPRESSION_ENABLED, False)
-        level = parse_int(configs, COMPRESSION_LEVEL, 3, minimum=-7, maximum=22)
-        heuristic = parse_bool(configs, COMPRESSION_HEURISTIC_ENABLED, True)
-        encryption = parse_bool(configs, ENCRYPTION_ENABLED, False)
+        prefetch = get_int(configs, FETCH_PREFETCH_CHUNKS, 1, minimum=0, maximum=64)
+        manifests = get_int(configs, FETCH_MANIFEST_CACHE_ENTRIES, 1000, minimum=0)
+        compression = get_bool(configs, COMPRESSION_ENABLED, False)
+        level = get_int(configs, COMPRESSION_LEVEL, 3, minimum=-7, maximum=22)
+        heuristic = get_bool(configs, COMPRESSION_HEURISTIC_ENABLED, True)
+        encryption = get_bool(configs, ENCRYPTION_ENABLED, False)
         provider = _parse_str(configs, ENCRYPTION_KEY_PROVIDER) or "file"
         if provider != "file" and (provider.count(":") != 1 or not all(provider.split(":"))):
             raise ConfigError(
