@@ -1,6 +1,8 @@
 """Benchmark of appending to the local log: throughput with index maintenance and rolling.
 
-Run: ``.venv/bin/python bench/log_append.py [--size-mib 1024] [--segment-mib 128]``.
+Run: ``.venv/bin/python bench/log_append.py [--size-mib 1024] [--segment-mib 128]``
+(``--quick``: every phase on 4 MiB in 1 MiB segments, a smoke run whose figures mean nothing,
+written to ``--out`` or a temporary directory).
 
 A pool of producer batches (``--batch-kib`` KiB each, 16 KiB like the producer's default
 ``batch.size``; the JSON-like records of ``bench/log_format.py``) is built once, then appended
@@ -20,8 +22,8 @@ Figures, all measured in the same run on the same bytes:
 - ratios of the log to the raw writes (wall clock, and CPU time, which other processes on the
   machine disturb less), and the time to reopen the directory after ``close``.
 
-Writes ``bench/results/log_append.json`` and, if matplotlib is importable,
-``bench/results/log_append.png``.
+Writes ``bench/results/log_append.json`` (or ``--out``) and, if matplotlib is importable,
+``log_append.png`` beside it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _report import RESULTS, pyplot, write_results  # shared by every benchmark
+# shared by every benchmark
+from _report import drop_workdir, parse_args, pyplot, save_chart, write_results
 from log_format import MIB, make_batches  # the same generated records as the format bench
 
 from tierlog.log.compression import CompressionType
@@ -155,21 +158,16 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         f"ratio to raw write {r['log_vs_raw']:.2f}, to raw write + fsync "
         f"{r['log_vs_raw_fsync']:.2f}"
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return True
+    return save_chart(fig, path, results)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mib", type=int, default=1024, help="bytes appended (MiB)")
     parser.add_argument("--segment-mib", type=int, default=128, help="segment.bytes (MiB)")
     parser.add_argument("--batch-kib", type=int, default=16, help="producer batch size (KiB)")
     parser.add_argument("--pool-mib", type=int, default=32, help="distinct batches to cycle")
-    parser.add_argument("--dir", type=Path, default=None, help="where to write")
-    parser.add_argument("--keep", action="store_true", help="keep the partition directories")
-    parser.add_argument("--seed", type=int, default=405)
-    args = parser.parse_args()
+    args, out = parse_args(parser, {"size_mib": 4, "segment_mib": 1, "pool_mib": 1}, argv)
     size = args.size_mib * MIB
     segment_bytes = args.segment_mib * MIB
     workdir = Path(tempfile.mkdtemp(prefix="tierlog-append-", dir=args.dir))
@@ -211,10 +209,7 @@ def main() -> None:
         log("LocalLog.append_as_leader (no flush on roll) ...")
         results["log_no_flush"] = log_append(workdir / "bench-1", pool, size, segment_bytes, False)
     finally:
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        drop_workdir(args, workdir)
 
     raw, raw_fsync = results["raw"]["mb_per_s"], results["raw_fsync"]["mb_per_s"]
     flushed, unflushed = results["log"], results["log_no_flush"]
@@ -254,7 +249,7 @@ def main() -> None:
         f"{flushed['time_index_entries']:,} time; close {flushed['close_seconds'] * 1000:,.0f} ms, "
         f"reopen after clean close {flushed['reopen_seconds'] * 1000:,.0f} ms"
     )
-    write_results(RESULTS, "log_append", results, chart)
+    write_results(out, "log_append", results, chart, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Benchmark of the record batch format: shallow scan, deep decode, build and append.
 
-Run: ``.venv/bin/python bench/log_format.py [--size-mib 1024] [--deep-mib 32] [--cold] [--pure]``.
+Run: ``.venv/bin/python bench/log_format.py [--size-mib 1024] [--deep-mib 32] [--cold] [--pure]``
+(``--quick``: every phase, ``--pure`` included, on a 4 MiB segment and 1 MiB per codec, one
+pass: a smoke run whose figures mean nothing, written to ``--out`` or a temporary directory).
 
 The segment is generated under a temporary directory (``--dir`` to choose where; deleted unless
 ``--keep``) the way producers fill a real one: batches of about ``--batch-kib`` KiB of records
@@ -27,8 +29,8 @@ Figures, against the goals and the peers:
 - **build**: ``build_batch`` MB/s and records/s (uncompressed and per codec);
 - **append**: stamping offsets and leader epoch into built batches and writing them, MB/s.
 
-Writes ``bench/results/log_format.json`` and, if matplotlib is importable,
-``bench/results/log_format.png``.
+Writes ``bench/results/log_format.json`` (or ``--out``) and, if matplotlib is importable,
+``log_format.png`` beside it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ import contextlib
 import os
 import platform
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -46,7 +47,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from _report import RESULTS, pyplot, write_results  # shared by every benchmark
+# shared by every benchmark
+from _report import drop_workdir, parse_args, pyplot, save_chart, verdict, write_results
 
 from tierlog.log import batch as batch_module
 from tierlog.log import record as record_module
@@ -293,25 +295,20 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     ax2.set_ylabel("thousand records/s")
     ax2.set_title(f"Deep decode (goal {GOAL_DEEP_RATIO}x kafka-python)")
     ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return True
+    return save_chart(fig, path, results)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mib", type=int, default=1024, help="segment size (default 1024)")
     parser.add_argument("--deep-mib", type=int, default=16, help="deep-decode sample per codec")
     parser.add_argument("--batch-kib", type=int, default=16, help="records per batch, in KiB")
     parser.add_argument("--repeat", type=int, default=5, help="passes per figure, best kept")
     parser.add_argument("--cold", action="store_true", help="drop the file from the page cache")
-    parser.add_argument("--dir", type=Path, default=None, help="where to write the segment")
-    parser.add_argument("--keep", action="store_true", help="keep the generated segment")
-    parser.add_argument("--seed", type=int, default=405)
     parser.add_argument(
         "--pure", action="store_true", help="also time tierlog's pure-Python record decoder"
     )
-    args = parser.parse_args()
+    args, out = parse_args(parser, {"size_mib": 4, "deep_mib": 1, "repeat": 1, "pure": True}, argv)
     rng = random.Random(args.seed)
     size = args.size_mib * MIB
     workdir = Path(tempfile.mkdtemp(prefix="tierlog-bench-", dir=args.dir))
@@ -385,10 +382,7 @@ def main() -> None:
                 f"ratio {d.get('ratio', 0):.2f}"
             )
     finally:
-        if args.keep:
-            log(f"kept {path}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        drop_workdir(args, workdir)
 
     s = results["shallow"]
     print(
@@ -403,7 +397,7 @@ def main() -> None:
     print(
         f"  scan + CRC          {s['scan_crc_mb_per_s']:>9,.0f} MB/s   ratio {s['ratio_crc']:.2f} "
         f"(goal >= {GOAL_SHALLOW_RATIO}) "
-        f"{'OK' if s['ratio_crc'] >= GOAL_SHALLOW_RATIO else 'MISSED'}"
+        f"{verdict(s['ratio_crc'], GOAL_SHALLOW_RATIO, quick=args.quick)}"
     )
     print(
         f"  scan, no CRC        {s['scan_no_crc_mb_per_s']:>9,.0f} MB/s   "
@@ -415,15 +409,15 @@ def main() -> None:
     )
     for name, d in results["deep"].items():
         ratio = d.get("ratio")
-        verdict = (
+        judged = (
             ""
             if ratio is None
             else f"ratio {ratio:.2f} (goal >= {GOAL_DEEP_RATIO}) "
-            + ("OK" if ratio >= GOAL_DEEP_RATIO else "MISSED")
+            + verdict(ratio, GOAL_DEEP_RATIO, quick=args.quick)
         )
         print(
             f"  {name:6s} {d['tierlog_records_per_s']:>10,.0f} vs "
-            f"{d.get('kafka_python_records_per_s', 0):>9,.0f} records/s   {verdict}"
+            f"{d.get('kafka_python_records_per_s', 0):>9,.0f} records/s   {judged}"
         )
         if "tierlog_pure_records_per_s" in d:
             print(
@@ -442,7 +436,7 @@ def main() -> None:
         f"{results['append']['mb_per_s']:,.0f} MB/s"
     )
 
-    write_results(RESULTS, "log_format", results, chart)
+    write_results(out, "log_format", results, chart, quick=args.quick)
 
 
 if __name__ == "__main__":

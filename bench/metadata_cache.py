@@ -1,6 +1,8 @@
 """Benchmark of RemoteLogMetadataCache at millions of segments: memory, lookups, KIP-852 size.
 
-Run: ``.venv/bin/python bench/metadata_cache.py [--segments N]`` (default 1,000,000).
+Run: ``.venv/bin/python bench/metadata_cache.py [--segments N]`` (default 1,000,000;
+``--quick``: every phase on 2,000 segments, a smoke run whose figures mean nothing, written to
+``--out`` or a temporary directory).
 
 The fill is realistic for one busy partition: consecutive offsets, segments of ~1 GiB, each
 segment carrying 1-3 leader epochs (an election falls inside a segment now and then), every
@@ -23,8 +25,8 @@ Figures, against the goals and the peers:
   epoch and for the whole lineage (the RLM sums every epoch of its lineage);
 - time to fill.
 
-Writes ``bench/results/metadata_cache.json`` and, if matplotlib is importable,
-``bench/results/metadata_cache.png``.
+Writes ``bench/results/metadata_cache.json`` (or ``--out``) and, if matplotlib is importable,
+``metadata_cache.png`` beside it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _report import RESULTS, pyplot, write_results  # shared by every benchmark
+# shared by every benchmark
+from _report import parse_args, pyplot, save_chart, verdict, write_results
 
 from tierlog.metadata.cache import RemoteLogMetadataCache
 from tierlog.spi import (
@@ -223,7 +226,6 @@ def main(argv: list[str] | None = None) -> int:
         default=500,
         help="on average one segment in this many holds an election",
     )
-    parser.add_argument("--seed", type=int, default=405)
     parser.add_argument(
         "--traced-segments",
         type=int,
@@ -235,8 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also measure the alternatives for the id -> row map",
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+    args, out = parse_args(
+        parser,
+        {"segments": 2_000, "lookups": 1_000, "traced_segments": 1_000, "compare_id_maps": True},
+        argv,
+        workdir=False,
+    )
 
     work = Workload(args.segments, args.epoch_change_every, args.seed)
     print(
@@ -364,12 +370,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(
             f"bytes/segment ({label}): {value:7.1f}   "
-            f"{value / GOAL_BYTES:.2f}x goal {GOAL_BYTES}, "
+            f"{value / GOAL_BYTES:.2f}x goal {GOAL_BYTES} "
+            f"{verdict(value, GOAL_BYTES, at_most=True, quick=args.quick)}, "
             f"{value / KAFKA_BYTES:.2f}x Kafka ~{KAFKA_BYTES}"
         )
+    p99_verdict = verdict(lk["p99"], GOAL_P99_US, at_most=True, quick=args.quick)
     print(
         f"remote_log_segment_metadata: p50 {lk['p50']:.1f} us, p99 {lk['p99']:.1f} us "
-        f"(goal {GOAL_P99_US:.0f}), p99.9 {lk['p999']:.1f} us"
+        f"(goal {GOAL_P99_US:.0f}: {p99_verdict}), p99.9 {lk['p999']:.1f} us"
     )
     print(
         f"remote_log_size(epoch {largest}, {largest_segments:,} segments): "
@@ -385,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in results["id_map_bytes_per_entry"].items():
             print(f"id map {name}: {value:.1f} bytes/entry")
 
-    write_results(args.out, "metadata_cache", results, chart)
+    write_results(out, "metadata_cache", results, chart, quick=args.quick)
     return 0
 
 
@@ -412,10 +420,7 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     )
     axes[2].set_yscale("log")
     axes[2].set_title("remote_log_size over the lineage (us, log)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return save_chart(fig, path, results, dpi=110)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Benchmark of the RemoteLogManager: copy throughput, catch-up reads, RSM requests per fetch.
 
 Run: ``.venv/bin/python bench/rlm.py [--size-mib 1024] [--segment-mib 64] [--fetch-kib 1024]``
-(``--quick``: 128 MiB in 16 MiB segments, for a smoke run; ``--profile``: cProfile one RLM copy
-pass and one warm read pass and print where the time goes).
+(``--quick``: every phase, ``--profile`` included, on 8 MiB in 1 MiB segments, one pass: a smoke
+run whose figures mean nothing, written to ``--out`` or a temporary directory; ``--profile``:
+cProfile one RLM copy pass and one warm read pass and print where the time goes).
 
 A real partition is assembled as in ``tests/rlm/_harness.py``: a ``LocalLog`` (``segment.bytes``
 = ``--segment-mib``, ``index.interval.bytes`` 4096, remote storage enabled) filled with
@@ -35,7 +36,8 @@ Figures, against the goals and the peers:
 - **RSM requests per fetch** with a warm index cache (``fetch_log_segment`` and ``fetch_index``
   counted separately); goal 1. The cold pass's index fetches are reported too.
 
-Writes ``bench/results/rlm.json`` and, if matplotlib is importable, ``bench/results/rlm.png``.
+Writes ``bench/results/rlm.json`` (or ``--out``) and, if matplotlib is importable, ``rlm.png``
+beside it.
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ import os
 import platform
 import pstats
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -55,7 +56,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from _report import RESULTS, pyplot, verdict, write_results  # shared by every benchmark
+# shared by every benchmark
+from _report import drop_workdir, parse_args, pyplot, save_chart, verdict, write_results
 from _segments import build_log, copy_metadata  # built as bench/rsm.py builds them
 from log_format import MIB, make_batches  # the same generated records as the format bench
 
@@ -386,13 +388,10 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         f"(goal {GOAL_REQUESTS_PER_FETCH:.0f})"
     )
     ax3.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return save_chart(fig, path, results)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mib", type=int, default=1024, help="bytes tiered (MiB)")
     parser.add_argument("--segment-mib", type=int, default=64, help="segment.bytes (MiB, >= 1)")
@@ -400,17 +399,19 @@ def main() -> None:
     parser.add_argument("--batch-kib", type=int, default=16, help="producer batch size (KiB)")
     parser.add_argument("--pool-mib", type=int, default=16, help="distinct batches to cycle")
     parser.add_argument("--repeat", type=int, default=3, help="passes of each kind (best kept)")
-    parser.add_argument("--quick", action="store_true", help="128 MiB in 16 MiB segments")
     parser.add_argument("--profile", action="store_true", help="cProfile the RLM paths")
-    parser.add_argument("--dir", type=Path, default=None, help="where to write")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    parser.add_argument("--keep", action="store_true", help="keep the working directory")
-    parser.add_argument("--seed", type=int, default=405)
-    args = parser.parse_args()
-    if args.quick:
-        args.size_mib = min(args.size_mib, 128)
-        args.segment_mib = min(args.segment_mib, 16)
-        args.pool_mib = min(args.pool_mib, 4)
+    args, out = parse_args(
+        parser,
+        {
+            "size_mib": 8,
+            "segment_mib": 1,
+            "fetch_kib": 256,
+            "pool_mib": 1,
+            "repeat": 1,
+            "profile": True,
+        },
+        argv,
+    )
     if args.segment_mib < 1 or args.size_mib < args.segment_mib:
         parser.error("need --segment-mib >= 1 and --size-mib >= --segment-mib")
     size = args.size_mib * MIB
@@ -566,10 +567,7 @@ def main() -> None:
         if local is not None:
             local.close()
         rsm.close()
-        if args.keep:
-            log(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        drop_workdir(args, workdir)
     results["total_seconds"] = time.perf_counter() - started
 
     c, r, q = results["copy"], results["read"], results["requests"]
@@ -588,7 +586,7 @@ def main() -> None:
             c["direct_mb_per_s"],
             c["ratio"],
             f">= {GOAL_COPY_RATIO}",
-            verdict(c["ratio"], GOAL_COPY_RATIO),
+            verdict(c["ratio"], GOAL_COPY_RATIO, quick=args.quick),
         ),
         (
             f"catch-up read, {args.fetch_kib} KiB fetches",
@@ -598,7 +596,7 @@ def main() -> None:
             r["raw_mb_per_s"],
             r["ratio"],
             f">= {GOAL_READ_RATIO}",
-            verdict(r["ratio"], GOAL_READ_RATIO),
+            verdict(r["ratio"], GOAL_READ_RATIO, quick=args.quick),
         ),
     ]
     header = (
@@ -615,7 +613,9 @@ def main() -> None:
         f"  {'RSM requests per fetch, warm':34s} {'RLM.read':>16s} "
         f"{q['warm_requests_per_fetch']:>8.3f}  {'goal':>17s} {GOAL_REQUESTS_PER_FETCH:>8.0f}  "
         f"{'':>6s}  {'== 1':>7s}  "
-        f"{verdict(q['warm_requests_per_fetch'], GOAL_REQUESTS_PER_FETCH, at_most=True)}"
+        + verdict(
+            q["warm_requests_per_fetch"], GOAL_REQUESTS_PER_FETCH, at_most=True, quick=args.quick
+        )
     )
     print(
         f"  details: {q['fetches']:,} fetches; warm {q['warm_segment_fetches_per_fetch']:.3f} "
@@ -643,7 +643,7 @@ def main() -> None:
     for report in profiles:
         print()
         print(report)
-    write_results(args.out, "rlm", results, chart)
+    write_results(out, "rlm", results, chart, quick=args.quick)
 
 
 if __name__ == "__main__":

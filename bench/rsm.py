@@ -1,8 +1,11 @@
 """Benchmark of the object-store RSM plugins (s3, gcs, azure) against their raw SDKs.
 
 Run: ``.venv/bin/python bench/rsm.py [--backends s3,gcs,azure] [--size-mib 256] [--repeat 2]``
-(``--quick``: a 32 MiB segment, one pass, for a smoke run). The issue's figure is for a 1 GiB
-segment (``--size-mib 1024``); the default is 256 MiB to keep a run within minutes.
+(``--quick``: every phase on a 16 MiB segment, one pass, 10 random fetches: a smoke run whose
+figures mean nothing, written to ``--out`` or a temporary directory; it still needs the servers,
+and runs each backend whose server starts). The issue's figure is for a 1 GiB segment
+(``--size-mib 1024``); the default is 256 MiB to keep a run within minutes. The exit status is 1
+when a backend whose server started failed.
 
 Each backend runs against its local server, started by the bench in a temporary directory and
 stopped at the end (``scripts/services``): SeaweedFS (``weed mini``) for ``s3``,
@@ -44,7 +47,8 @@ Figures, against the goals and the peers:
   fetches (50); goal <= 1 (a read inside a chunk already cached costs none; one spanning two
   chunks is coalesced into one GET). The maximum over the fetches is reported too.
 
-Writes ``bench/results/rsm.json`` and, if matplotlib is importable, ``bench/results/rsm.png``.
+Writes ``bench/results/rsm.json`` (or ``--out``) and, if matplotlib is importable, ``rsm.png``
+beside it.
 """
 
 from __future__ import annotations
@@ -52,12 +56,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import gc
 import io
 import os
 import platform
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -67,7 +71,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from _report import RESULTS, pyplot, verdict, write_results  # shared by every benchmark
+# shared by every benchmark
+from _report import drop_workdir, parse_args, pyplot, save_chart, verdict, write_results
 from _segments import build_log, copy_metadata  # built as bench/rlm.py builds them
 from log_format import MIB, make_batches  # the same generated records as the format bench
 
@@ -100,6 +105,9 @@ BUCKET = "tierlog-bench"
 GCS_CHUNK = 64 * MIB
 DRAIN = 1 * MIB
 BACKENDS = ("s3", "gcs", "azure")
+NO_SERVER = "server did not start"
+"""How ``errors`` starts for a backend whose server could not run here (not a failure of the
+benchmark: the others still run)."""
 
 
 def log(msg: str) -> None:
@@ -667,13 +675,11 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("GETs per fetch")
     ax.set_title(f"GETs per {results['fetch_kib']} KiB random fetch\n(manifest warm)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return save_chart(fig, path, results)
 
 
-def print_table(results: dict[str, Any]) -> None:
+def print_table(results: dict[str, Any], *, quick: bool) -> None:
+    judge = functools.partial(verdict, quick=quick)
     print(
         f"\nObject-store RSMs vs raw SDKs — Python {results['python']}, {results['cpus']} CPUs; "
         f"a {results['size_mib']} MiB segment (the issue's figure is 1 GiB: --size-mib 1024; "
@@ -689,12 +695,12 @@ def print_table(results: dict[str, Any]) -> None:
         print(
             f"  {name + ' upload (MB/s)':30s} {u['rsm_mb_per_s']:>10,.0f}  "
             f"{r['peer_upload']:>24s} {u['raw_mb_per_s']:>9,.0f}  {u['ratio']:>6.2f}  "
-            f"{'>= ' + str(GOAL_UPLOAD_RATIO):>9s}  {verdict(u['ratio'], GOAL_UPLOAD_RATIO)}"
+            f"{'>= ' + str(GOAL_UPLOAD_RATIO):>9s}  {judge(u['ratio'], GOAL_UPLOAD_RATIO)}"
         )
         print(
             f"  {name + ' fetch (MB/s)':30s} {f['rsm_mb_per_s']:>10,.0f}  "
             f"{r['peer_fetch']:>24s} {f['raw_mb_per_s']:>9,.0f}  {f['ratio']:>6.2f}  "
-            f"{'>= ' + str(GOAL_FETCH_RATIO):>9s}  {verdict(f['ratio'], GOAL_FETCH_RATIO)}"
+            f"{'>= ' + str(GOAL_FETCH_RATIO):>9s}  {judge(f['ratio'], GOAL_FETCH_RATIO)}"
         )
         bound = m["bound_bytes"] / MIB
         allowance = m["allowance_bytes"]
@@ -707,7 +713,7 @@ def print_table(results: dict[str, Any]) -> None:
                 f"  {name + ' upload memory (MiB)':30s} {peak:>10,.1f}  "
                 f"{'bound, ' + format(s['size'] / MIB, '.0f') + ' MiB segment':>24s} "
                 f"{bound:>9,.0f}  {'':>6s}  {'<= bound':>9s}  "
-                f"{verdict(beyond, allowance, at_most=True)} "
+                f"{judge(beyond, allowance, at_most=True)} "
                 f"({'+' if beyond >= 0 else '-'}{abs(beyond) / MIB:,.2f} MiB; {m['bound']})"
                 f"{rss_txt}"
             )
@@ -716,7 +722,7 @@ def print_table(results: dict[str, Any]) -> None:
         print(
             f"  {name + ' memory growth (x)':30s} {peaks[-1] / peaks[0]:>10.2f}  "
             f"{'segment size growth':>24s} {m['sizes'][-1]['size'] / m['sizes'][0]['size']:>9.1f}"
-            f"  {'':>6s}  {'bounded':>9s}  {verdict(beyond, allowance, at_most=True)} "
+            f"  {'':>6s}  {'bounded':>9s}  {judge(beyond, allowance, at_most=True)} "
             f"({'+' if beyond >= 0 else '-'}{abs(beyond) / MIB:,.2f} MiB)"
         )
         cold, cached = g["cold"], g["cached"]
@@ -724,7 +730,7 @@ def print_table(results: dict[str, Any]) -> None:
             f"  {name + ' GETs per 1 MiB fetch':30s} {cold['gets_per_fetch']:>10.2f}  "
             f"{'max in one fetch':>24s} {cold['max_gets_in_one_fetch']:>9d}  {'':>6s}  "
             f"{'<= 1':>9s}  "
-            f"{verdict(cold['max_gets_in_one_fetch'], GOAL_GETS_PER_FETCH, at_most=True)}"
+            f"{judge(cold['max_gets_in_one_fetch'], GOAL_GETS_PER_FETCH, at_most=True)}"
         )
     for name, r in results["backends"].items():
         cold, cached = r["gets"]["cold"], r["gets"]["cached"]
@@ -750,7 +756,7 @@ def print_table(results: dict[str, Any]) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backends", default=",".join(BACKENDS), help="s3,gcs,azure")
     parser.add_argument(
@@ -766,15 +772,9 @@ def main() -> None:
     parser.add_argument("--batch-kib", type=int, default=16, help="producer batch size (KiB)")
     parser.add_argument("--pool-mib", type=int, default=8, help="distinct batches to cycle")
     parser.add_argument("--repeat", type=int, default=2, help="passes of each kind (best kept)")
-    parser.add_argument("--quick", action="store_true", help="a 32 MiB segment, one pass")
-    parser.add_argument("--dir", type=Path, default=None, help="where to write")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    parser.add_argument("--seed", type=int, default=405)
-    args = parser.parse_args()
-    if args.quick:
-        args.size_mib = min(args.size_mib, 32)
-        args.repeat = 1
-        args.pool_mib = min(args.pool_mib, 4)
+    args, out = parse_args(
+        parser, {"size_mib": 16, "fetches": 10, "pool_mib": 1, "repeat": 1}, argv
+    )
     names = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = [n for n in names if n not in FACTORIES]
     if unknown or not names:
@@ -817,7 +817,7 @@ def main() -> None:
                 backend.start(workdir / name)
             except Exception as exc:
                 log(f"  could not start the {name} server: {exc}")
-                results["errors"][name] = f"server did not start: {exc}"
+                results["errors"][name] = f"{NO_SERVER}: {exc}"
                 continue
             try:
                 results["backends"][name] = run_backend(
@@ -831,11 +831,13 @@ def main() -> None:
     finally:
         for local in logs:
             local.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        drop_workdir(args, workdir)
     results["total_seconds"] = time.perf_counter() - started
-    print_table(results)
-    write_results(args.out, "rsm", results, chart)
+    print_table(results, quick=args.quick)
+    write_results(out, "rsm", results, chart, quick=args.quick)
+    started_but_failed = [n for n, e in results["errors"].items() if not e.startswith(NO_SERVER)]
+    return 1 if started_but_failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
