@@ -9,7 +9,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tierlog.log.batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_FIELD,
+    CRC_OFFSET,
     HEADER,
+    HEADER_BOUNDS,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_AND_MAGIC,
+    LENGTH_FIELD,
+    LENGTH_MAGIC_ATTRIBUTES,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_BATCH_LENGTH,
+    PARTITION_LEADER_EPOCH_OFFSET,
     RECORD_BATCH_OVERHEAD,
     ControlRecord,
     ControlRecordType,
@@ -130,6 +145,41 @@ def test_header_struct_offsets_match_kafka() -> None:
     offsets = [0, 8, 12, 16, 17, 21, 23, 27, 35, 43, 51, 53, 57]
     sizes = [struct.calcsize(">" + c) for c in "qiibIhiqqqhii"]
     assert [sum(sizes[:i]) for i in range(13)] == offsets
+
+
+def test_named_offsets_and_partial_structs_read_the_header_fields() -> None:
+    """Every offset and partial ``Struct`` that other modules read headers with agrees with
+    ``HEADER``: a header of distinct field values reads back field by field."""
+    fields = (
+        -5_000_000_000,  # BaseOffset
+        70,  # Length
+        -7,  # PartitionLeaderEpoch
+        2,  # Magic
+        0xDEADBEEF,  # CRC
+        0x35,  # Attributes
+        123_456,  # LastOffsetDelta
+        1_000,  # BaseTimestamp
+        -9_000_000_000,  # MaxTimestamp
+        42,  # ProducerId
+        3,  # ProducerEpoch
+        10,  # BaseSequence
+        2,  # RecordsCount
+    )
+    buf = HEADER.pack(*fields)
+    base, length, epoch, magic, crc, attributes, delta, _, max_ts = fields[:9]
+    assert (LOG_OVERHEAD, HEADER_SIZE_UP_TO_MAGIC) == (LENGTH_OFFSET + 4, MAGIC_OFFSET + 1)
+    assert MIN_BATCH_LENGTH == 49
+    assert LENGTH_FIELD.unpack_from(buf, LENGTH_OFFSET) == (length,)
+    assert struct.unpack_from(">i", buf, PARTITION_LEADER_EPOCH_OFFSET) == (epoch,)
+    assert buf[MAGIC_OFFSET] == magic
+    assert CRC_FIELD.unpack_from(buf, CRC_OFFSET) == (crc,)
+    assert struct.unpack_from(">h", buf, ATTRIBUTES_OFFSET) == (attributes,)
+    assert struct.unpack_from(">i", buf, LAST_OFFSET_DELTA_OFFSET) == (delta,)
+    assert struct.unpack_from(">q", buf, MAX_TIMESTAMP_OFFSET) == (max_ts,)
+    assert LENGTH_AND_MAGIC.unpack_from(buf, LENGTH_OFFSET) == (length, magic)
+    assert LENGTH_MAGIC_ATTRIBUTES.unpack_from(buf, LENGTH_OFFSET) == (length, magic, attributes)
+    assert LENGTH_OFFSET + LENGTH_MAGIC_ATTRIBUTES.size == ATTRIBUTES_OFFSET + 2
+    assert HEADER_BOUNDS.unpack_from(buf) == (base, length, magic, delta)
 
 
 def test_attribute_bits() -> None:

@@ -48,18 +48,29 @@ from tierlog.log.record import (
 from tierlog.spi import CorruptRecordError, InvalidArgumentError, TierlogError
 
 # --- constants (Kafka's names) -----------------------------------------------------------------
+#
+# This module is the one place that knows the header's layout: the offsets of its fields, their
+# sizes and the attribute bits below, and the precompiled ``struct`` objects that read them. Code
+# elsewhere that reads headers in a hot loop (the remote read path, a store's codec heuristic)
+# imports these names rather than spelling offsets: a module-level ``Struct`` costs no frame per
+# batch, where a helper function would.
 
 MAGIC_V2: Final = 2
+LENGTH_OFFSET: Final = 8
 LOG_OVERHEAD: Final = 12
 """BaseOffset and Length: the bytes of a batch that ``Length`` does not count."""
+PARTITION_LEADER_EPOCH_OFFSET: Final = 12
+MAGIC_OFFSET: Final = 16
 HEADER_SIZE_UP_TO_MAGIC: Final = 17
-RECORD_BATCH_OVERHEAD: Final = 61
-"""Size of the v2 batch header; a batch is at least this long."""
-
 CRC_OFFSET: Final = 17
 ATTRIBUTES_OFFSET: Final = 21
-PARTITION_LEADER_EPOCH_OFFSET: Final = 12
+"""Where the CRC-32C's coverage starts (it runs to the end of the batch)."""
+LAST_OFFSET_DELTA_OFFSET: Final = 23
 MAX_TIMESTAMP_OFFSET: Final = 35
+RECORD_BATCH_OVERHEAD: Final = 61
+"""Size of the v2 batch header; a batch is at least this long."""
+MIN_BATCH_LENGTH: Final = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+"""The smallest ``Length`` of a v2 batch (49: a header without records)."""
 
 NO_OFFSET: Final = -1
 NO_PRODUCER_ID: Final = -1
@@ -75,9 +86,21 @@ DELETE_HORIZON_FLAG_MASK: Final = 0x40
 
 HEADER: Final = struct.Struct(">qiibIhiqqqhii")
 """The 61-byte v2 header, unpacked in field order into a ``RecordBatch``."""
+LENGTH_FIELD: Final = struct.Struct(">i")
+"""``Length`` alone, unpacked from ``LENGTH_OFFSET``."""
+CRC_FIELD: Final = struct.Struct(">I")
+"""``CRC`` alone, unpacked from (and packed into) ``CRC_OFFSET``."""
+LENGTH_AND_MAGIC: Final = struct.Struct(">i4xb")
+"""``Length`` and ``Magic``, unpacked from ``LENGTH_OFFSET`` (the leader epoch skipped): what a
+walk from batch to batch checks."""
+LENGTH_MAGIC_ATTRIBUTES: Final = struct.Struct(">i4xb4xh")
+"""``Length``, ``Magic`` and ``Attributes``, unpacked from ``LENGTH_OFFSET`` (the bytes up to
+``ATTRIBUTES_OFFSET + 2``): a walk that also looks at the codec and the control flag."""
+HEADER_BOUNDS: Final = struct.Struct(">qi4xb6xi")
+"""``BaseOffset``, ``Length``, ``Magic`` and ``LastOffsetDelta``, unpacked from position 0: a
+batch's bounds in offsets and in bytes, and whether it is v2."""
 _INT64: Final = struct.Struct(">q")
 _INT32: Final = struct.Struct(">i")
-_UINT32: Final = struct.Struct(">I")
 _INT16: Final = struct.Struct(">h")
 _CONTROL_KEY: Final = struct.Struct(">hh")
 _END_TXN_VALUE: Final = struct.Struct(">hi")
@@ -266,7 +289,7 @@ def read_batch_header(
     at = file_offset + position
     remaining = limit - position
     if remaining >= LOG_OVERHEAD:
-        (length,) = _INT32.unpack_from(buf, position + 8)
+        (length,) = LENGTH_FIELD.unpack_from(buf, position + LENGTH_OFFSET)
         if length < LEGACY_RECORD_OVERHEAD_V0:
             raise corrupt(
                 f"record size {length} is smaller than the minimum record overhead "
@@ -277,7 +300,7 @@ def read_batch_header(
         if (
             length > remaining - LOG_OVERHEAD
             and remaining >= HEADER_SIZE_UP_TO_MAGIC
-            and buf[position + 16] != MAGIC_V2
+            and buf[position + MAGIC_OFFSET] != MAGIC_V2
         ):
             check_batch_size(length, remaining, at, path)  # a torn tail, not a legacy batch
     if remaining < HEADER_SIZE_UP_TO_MAGIC:
@@ -287,7 +310,7 @@ def read_batch_header(
             at,
             path,
         )
-    magic = buf[position + 16]
+    magic = buf[position + MAGIC_OFFSET]
     if magic != MAGIC_V2:
         raise bad_magic(magic if magic < 128 else magic - 256, at, path)
     if remaining < RECORD_BATCH_OVERHEAD:
@@ -307,10 +330,9 @@ LEGACY_RECORD_OVERHEAD_V0 = 14
 
 def check_batch_size(length: int, remaining: int, at: int, path: str | None) -> None:
     """Raise unless ``Length`` is possible and the batch fits in the ``remaining`` bytes."""
-    if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
+    if length < MIN_BATCH_LENGTH:
         raise corrupt(
-            f"record batch length {length} is smaller than the minimum "
-            f"{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD}",
+            f"record batch length {length} is smaller than the minimum {MIN_BATCH_LENGTH}",
             at,
             path,
         )
@@ -330,12 +352,9 @@ WALK_PARTIAL: Final = 1
 WALK_BAD: Final = 2
 """``walk_batch_headers`` stopped at a batch whose Length is too small or magic is not 2."""
 
-_MIN_BATCH_LENGTH: Final = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
-_LENGTH_AND_MAGIC: Final = struct.Struct(">i4xb")  # from offset 8, the leader epoch skipped
-
 
 def walk_batch_headers_pure(
-    buf: BytesLike, min_length: int = _MIN_BATCH_LENGTH, magic: int = MAGIC_V2
+    buf: BytesLike, min_length: int = MIN_BATCH_LENGTH, magic: int = MAGIC_V2
 ) -> tuple[int, int, int]:
     """Follow the Length fields of the batches packed in ``buf`` from position 0, checking
     each Length (at least ``min_length``) and magic: ``(position, status, last)``, where the
@@ -347,11 +366,12 @@ def walk_batch_headers_pure(
     """
     end = len(buf)
     last_full = end - HEADER_SIZE_UP_TO_MAGIC
-    unpack = _LENGTH_AND_MAGIC.unpack_from
+    unpack = LENGTH_AND_MAGIC.unpack_from
+    length_at = LENGTH_OFFSET  # a local: no global lookup per batch
     pos = 0
     last = -1
     while pos <= last_full:
-        length, found = unpack(buf, pos + 8)
+        length, found = unpack(buf, pos + length_at)
         nxt = pos + LOG_OVERHEAD + length
         if nxt > end:
             return pos, WALK_PARTIAL, last
@@ -374,7 +394,7 @@ accelerator built from older sources, without it, leaves the pure walk in place.
 def compute_crc(buf: BytesLike, position: int = 0, size: int | None = None) -> int:
     """CRC-32C of the batch at ``position`` over bytes 21 to its end (``size`` from its header)."""
     if size is None:
-        (length,) = _INT32.unpack_from(buf, position + 8)
+        (length,) = LENGTH_FIELD.unpack_from(buf, position + LENGTH_OFFSET)
         size = LOG_OVERHEAD + length
     return crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : position + size])
 
@@ -590,7 +610,7 @@ def build_batch(
         count,
     )
     out[RECORD_BATCH_OVERHEAD:] = block
-    _UINT32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    CRC_FIELD.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
 
@@ -673,7 +693,7 @@ def decode_control_record(record: Record) -> ControlRecord:
 def _check_v2(buf: BytesLike, position: int) -> None:
     if len(buf) - position < RECORD_BATCH_OVERHEAD:
         raise InvalidArgumentError(f"no record batch header at position {position}")
-    magic = buf[position + 16]
+    magic = buf[position + MAGIC_OFFSET]
     if magic != MAGIC_V2:
         raise InvalidArgumentError(f"batch at position {position} has magic {magic}, not 2")
 
@@ -718,7 +738,7 @@ def set_max_timestamp(
         attributes |= TIMESTAMP_TYPE_MASK
     _INT16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes)
     _INT64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
-    _UINT32.pack_into(buf, position + CRC_OFFSET, compute_crc(buf, position, size))
+    CRC_FIELD.pack_into(buf, position + CRC_OFFSET, compute_crc(buf, position, size))
 
 
 def assign_offsets(

@@ -90,7 +90,6 @@ with its bounded queue.
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections import deque
@@ -103,12 +102,19 @@ from typing import Any, BinaryIO, Final, NamedTuple, Protocol, Self, TypeVar
 
 from tierlog.log.batch import (
     ATTRIBUTES_OFFSET,
+    CRC_FIELD,
     CRC_OFFSET,
     HEADER,
+    HEADER_BOUNDS,
     HEADER_SIZE_UP_TO_MAGIC,
     LEGACY_RECORD_OVERHEAD_V0,
+    LENGTH_AND_MAGIC,
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
     MAGIC_V2,
+    MIN_BATCH_LENGTH,
     RECORD_BATCH_OVERHEAD,
     WALK_BAD,
     WALK_END,
@@ -194,15 +200,6 @@ _SCRATCH_MAX: Final = 4 << 20
 """The largest read buffer a thread keeps between reads (room for a fetch of the default
 ``max.partition.fetch.bytes``, 1 MiB, and what precedes it; larger reads allocate their own),
 and the most bytes read ahead of the batch holding the offset in one call."""
-_LENGTH_OFFSET: Final = 8
-_MIN_BATCH_LENGTH: Final = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
-_MAGIC_OFFSET: Final = 16
-_LENGTH_AND_MAGIC: Final = struct.Struct(">i4xb")
-"""A batch's Length and magic, from ``_LENGTH_OFFSET`` (the leader epoch between them)."""
-_DIRECT_HEADER: Final = struct.Struct(">qi4xb6xi")
-"""A batch's BaseOffset, Length, magic and LastOffsetDelta (what a read needs of its first)."""
-_INT32: Final = struct.Struct(">i")
-_UINT32: Final = struct.Struct(">I")
 _MAX_OFFSET: Final = (1 << 63) - 1
 
 _T = TypeVar("_T")
@@ -557,7 +554,7 @@ def _header_at(
             at,
             _describe(metadata),
         )
-    length, magic = _LENGTH_AND_MAGIC.unpack_from(buffer.data, at - buffer.base + _LENGTH_OFFSET)
+    length, magic = LENGTH_AND_MAGIC.unpack_from(buffer.data, at - buffer.base + LENGTH_OFFSET)
     if length < LEGACY_RECORD_OVERHEAD_V0:
         raise corrupt(
             f"record size {length} is smaller than the minimum record overhead "
@@ -567,9 +564,9 @@ def _header_at(
         )
     if magic != MAGIC_V2:
         raise bad_magic(magic, at, _describe(metadata))
-    if length < _MIN_BATCH_LENGTH:
+    if length < MIN_BATCH_LENGTH:
         raise corrupt(
-            f"record batch length {length} is smaller than the minimum {_MIN_BATCH_LENGTH}",
+            f"record batch length {length} is smaller than the minimum {MIN_BATCH_LENGTH}",
             at,
             _describe(metadata),
         )
@@ -607,12 +604,12 @@ def _skip_below(buffer: _SegmentBuffer, at: int, stop: int, offset: int) -> int:
     goes on from there (which reports whatever stopped this walk, if it is an error)."""
     data = buffer.data
     base = buffer.base
-    unpack = _DIRECT_HEADER.unpack_from
-    while at + _DIRECT_HEADER.size <= stop:
+    unpack = HEADER_BOUNDS.unpack_from
+    while at + HEADER_BOUNDS.size <= stop:
         base_offset, length, magic, last_delta = unpack(data, at - base)
         nxt = at + LOG_OVERHEAD + length
         if (
-            length < _MIN_BATCH_LENGTH
+            length < MIN_BATCH_LENGTH
             or magic != MAGIC_V2
             or nxt > stop
             or base_offset + last_delta >= offset
@@ -639,27 +636,27 @@ def _check_batches(
     consumer's next fetch asks for its offset (``remember_batch_start``).
     """
     end = len(records)
-    pos, status, last = walk_batch_headers(records, _MIN_BATCH_LENGTH, MAGIC_V2)
+    pos, status, last = walk_batch_headers(records, MIN_BATCH_LENGTH, MAGIC_V2)
     if verify_crc:
         at = 0
         with memoryview(records) as view:  # no copy of the batches
             while at < pos:  # the batches before ``pos`` are whole, with sound headers
-                nxt = at + LOG_OVERHEAD + _INT32.unpack_from(view, at + _LENGTH_OFFSET)[0]
-                (stored,) = _UINT32.unpack_from(view, at + CRC_OFFSET)
+                nxt = at + LOG_OVERHEAD + LENGTH_FIELD.unpack_from(view, at + LENGTH_OFFSET)[0]
+                (stored,) = CRC_FIELD.unpack_from(view, at + CRC_OFFSET)
                 computed = crc32c(view[at + ATTRIBUTES_OFFSET : nxt])
                 if computed != stored:
                     raise crc_mismatch(stored, computed, first_position + at, _describe(metadata))
                 at = nxt
     if status == WALK_BAD:
-        (length,) = _INT32.unpack_from(records, pos + _LENGTH_OFFSET)
+        (length,) = LENGTH_FIELD.unpack_from(records, pos + LENGTH_OFFSET)
         raise _invalid_batch(records, pos, length, first_position, metadata)
     if status == WALK_END and pos + LOG_OVERHEAD <= end:
         # Fewer than 17 bytes left: a partial batch, unless its Length says it ends there.
-        (length,) = _INT32.unpack_from(records, pos + _LENGTH_OFFSET)
+        (length,) = LENGTH_FIELD.unpack_from(records, pos + LENGTH_OFFSET)
         if pos + LOG_OVERHEAD + length <= end:
             raise _invalid_batch(records, pos, length, first_position, metadata)
     if entry is not None and last >= 0 and first_position + pos < metadata.segment_size_in_bytes:
-        base_offset, _, _, last_delta = _DIRECT_HEADER.unpack_from(records, last)
+        base_offset, _, _, last_delta = HEADER_BOUNDS.unpack_from(records, last)
         entry.remember_batch_start(base_offset + last_delta + 1, first_position + pos)
 
 
@@ -672,7 +669,7 @@ def _invalid_batch(
 ) -> CorruptRecordError:
     """The error for a batch of ``records`` at ``pos`` with a bad Length or magic (a Length
     below the minimum may leave the magic outside ``records``)."""
-    magic = records[pos + _MAGIC_OFFSET] if pos + _MAGIC_OFFSET < len(records) else None
+    magic = records[pos + MAGIC_OFFSET] if pos + MAGIC_OFFSET < len(records) else None
     return corrupt(
         f"invalid record batch (length {length}, magic {magic})",
         first_position + pos,
@@ -1032,9 +1029,9 @@ class RemoteLogReader:
         want = max(max_bytes, RECORD_BATCH_OVERHEAD)
         if len(data) != want:
             return None
-        base_offset, length, magic, last_delta = _DIRECT_HEADER.unpack_from(data)
+        base_offset, length, magic, last_delta = HEADER_BOUNDS.unpack_from(data)
         if (
-            length < _MIN_BATCH_LENGTH
+            length < MIN_BATCH_LENGTH
             or magic != MAGIC_V2
             or base_offset + last_delta < fetch_info.fetch_offset
         ):

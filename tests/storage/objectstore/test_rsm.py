@@ -25,7 +25,7 @@ from tierlog.conformance.rsm_suite import (
     read_stream,
     segment_metadata,
 )
-from tierlog.log.batch import build_batch
+from tierlog.log.batch import ControlRecordType, build_batch, build_control_batch
 from tierlog.log.record import Record
 from tierlog.spi import (
     CustomMetadata,
@@ -48,6 +48,7 @@ from tierlog.storage.objectstore import (
     UploadSettings,
     decode_custom_metadata,
 )
+from tierlog.storage.objectstore.rsm import already_compressed
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -533,6 +534,66 @@ def test_compression_is_skipped_for_segments_the_producers_compressed(
     assert read_stream(rsm.fetch_log_segment(metadata, 0)) == data
     if compressed and producer_codec == "none":
         assert manifest.stored_log_size < len(data) // 3
+
+
+def _batch(base_offset: int, codec: str = "gzip") -> bytes:
+    records = [Record(base_offset + i, 1_700_000_000_000, None, b"v" * 50) for i in range(3)]
+    return build_batch(records, base_offset=base_offset, compression=codec)
+
+
+def _marker(base_offset: int) -> bytes:
+    return build_control_batch(
+        ControlRecordType.COMMIT,
+        0,
+        base_offset=base_offset,
+        timestamp=1,
+        producer_id=7,
+        producer_epoch=0,
+    )
+
+
+def _with_length(batch: bytes, length: int) -> bytes:
+    return batch[:8] + length.to_bytes(4, "big", signed=True) + batch[12:]
+
+
+def _compressed_run(count: int) -> bytes:
+    return b"".join(_batch(10 * i) for i in range(count))
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        pytest.param(_compressed_run(3), True, id="compressed-batches"),
+        pytest.param(_compressed_run(2) + _batch(20, "none"), False, id="one-uncompressed"),
+        pytest.param(_marker(0) + _compressed_run(2), True, id="control-batches-ignored"),
+        pytest.param(_marker(0) + _marker(1), False, id="control-batches-only"),
+        pytest.param(_compressed_run(8) + _batch(80, "none"), True, id="eight-batches-inspected"),
+        pytest.param(b"", False, id="empty"),
+        pytest.param(_compressed_run(2) + bytes(22), True, id="short-tail-header"),
+        pytest.param(bytes(16) + b"\x01" + bytes(60), False, id="magic-1"),
+        pytest.param(_with_length(_batch(0), 48) + _compressed_run(1), False, id="length-48"),
+        pytest.param(_compressed_run(1) + _batch(10)[:-1], False, id="last-batch-past-size"),
+        pytest.param(b"not a kafka segment, " * 10, False, id="not-a-segment"),
+    ],
+)
+def test_already_compressed_inspects_the_first_data_batches(data: bytes, expected: bool) -> None:
+    """The heuristic reads headers only: codec bits of up to 8 data batches, control batches
+    skipped, and anything not a sound v2 batch within the file answers False."""
+    assert already_compressed(io.BytesIO(data), len(data)) is expected
+    # It leaves the stream where it found it.
+    inner = io.BytesIO(data)
+    inner.seek(3)
+    already_compressed(inner, len(data))
+    assert inner.tell() == 3
+
+
+def test_already_compressed_stops_at_the_size_it_is_given() -> None:
+    """``size`` bounds the walk: bytes after it (an uncompressed batch) are not looked at,
+    and a batch that runs past it answers False."""
+    data = _compressed_run(2) + _batch(20, "none")
+    first_two = len(_compressed_run(2))
+    assert already_compressed(io.BytesIO(data), first_two) is True
+    assert already_compressed(io.BytesIO(data), first_two - 1) is False
 
 
 def test_encrypted_objects_hold_no_plaintext(

@@ -50,7 +50,6 @@ import io
 import logging
 import os
 import secrets
-import struct
 import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -58,6 +57,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, ClassVar, Final
 
+from tierlog.log.batch import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    LENGTH_MAGIC_ATTRIBUTES,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+)
+from tierlog.log.compression import CompressionType
 from tierlog.spi import (
     ConfigError,
     CustomMetadata,
@@ -112,8 +121,8 @@ _LOG = logging.getLogger(__name__)
 _READ_BUFFER: Final = 256 << 10
 _HEURISTIC_BATCHES: Final = 8
 _HEURISTIC_SCAN: Final = 16 << 20
-_BATCH_HEADER: Final = struct.Struct(">qiibIh")
-"""BaseOffset, Length, PartitionLeaderEpoch, Magic, CRC, Attributes: the first 23 bytes."""
+_HEURISTIC_HEADER: Final = LENGTH_OFFSET + LENGTH_MAGIC_ATTRIBUTES.size
+"""The bytes of a batch header the heuristic reads: up to and including Attributes."""
 _LIST_DELETE_BATCH: Final = 1000
 _SEQUENTIAL_TRACKED: Final = 4096
 
@@ -131,17 +140,21 @@ def already_compressed(source: BinaryIO, size: int) -> bool:
         position, data_batches = 0, 0
         while data_batches < _HEURISTIC_BATCHES and position < min(size, _HEURISTIC_SCAN):
             source.seek(position)
-            header = source.read(_BATCH_HEADER.size)
-            if len(header) < _BATCH_HEADER.size:
+            header = source.read(_HEURISTIC_HEADER)
+            if len(header) < _HEURISTIC_HEADER:
                 break
-            _, length, _, magic, _, attributes = _BATCH_HEADER.unpack(header)
-            if magic != 2 or length < 49 or position + 12 + length > size:
+            length, magic, attributes = LENGTH_MAGIC_ATTRIBUTES.unpack_from(header, LENGTH_OFFSET)
+            if (
+                magic != MAGIC_V2
+                or length < MIN_BATCH_LENGTH
+                or position + LOG_OVERHEAD + length > size
+            ):
                 return False
-            if not attributes & 0x20:  # not a control batch
-                if attributes & 0x07 == 0:
+            if not attributes & CONTROL_FLAG_MASK:
+                if attributes & COMPRESSION_CODEC_MASK == CompressionType.NONE:
                     return False
                 data_batches += 1
-            position += 12 + length
+            position += LOG_OVERHEAD + length
         return data_batches > 0
     finally:
         source.seek(saved)
