@@ -410,3 +410,26 @@ def test_serve_without_log_dirs_warns_that_it_uses_kafkas_default(
     assert main(["serve", "--config", str(config)]) == 2
     assert seen[-1] == (tmp_path / "data",)
     assert "Neither log.dirs" not in capsys.readouterr().err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_second_serve_on_the_same_log_dirs_is_refused(tmp_path: Path) -> None:
+    # Remote storage off: no embedded RLMM directory lock to stop the second one by chance.
+    config = write_config(tmp_path, **{"remote.log.storage.system.enable": "false"})
+    first = Served(tmp_path, config, "first", "--progress-interval", "0")
+    try:
+        second = tierlog("serve", "--config", str(config))
+        assert_one_line_error(
+            second,
+            f"Failed to acquire lock on file .lock in {tmp_path / 'data'}. A tierlog node or "
+            "Kafka broker in another process or thread is using this directory.",
+        )
+        TierlogClient(first.url).create_topic("still-served")
+    finally:
+        code, _ = first.stop(signal.SIGTERM)
+    assert code == 0, first.stderr()
+    again = Served(tmp_path, config, "again", "--progress-interval", "0")  # released on exit
+    try:
+        assert "still-served" in TierlogClient(again.url).topics()
+    finally:
+        again.stop(signal.SIGTERM)

@@ -6,6 +6,7 @@ Kafka-style configuration, ``tierlog.node.http_api`` the HTTP API and metrics en
 """
 
 from tierlog.node.config import NodeConfig
+from tierlog.node.dir_lock import DirLock, LogDirLockedError
 from tierlog.node.log_dirs import LogDirError
 from tierlog.node.node import (
     FetchResult,
@@ -17,8 +18,10 @@ from tierlog.node.node import (
 )
 
 __all__ = [
+    "DirLock",
     "FetchResult",
     "LogDirError",
+    "LogDirLockedError",
     "Node",
     "NodeConfig",
     "PartitionStatus",

@@ -17,9 +17,12 @@ Usable from Python::
 
 and over HTTP (``tierlog.node.http_api``) by ``tierlog serve``.
 
-Topics (name, id, partition count, config overrides) are kept in ``tierlog-topics.json`` in
-the first log directory; partition directories found in the log directories with a
-``partition.metadata`` (a Kafka broker's, for instance) are adopted with the broker defaults.
+Each log directory is locked for the node's lifetime (a ``.lock`` file, as Kafka's
+``LogManager`` does: ``tierlog.node.dir_lock``), so a second node or a Kafka broker on the same
+directory fails at start instead of corrupting it. Topics (name, id, partition count, config
+overrides) are kept in ``tierlog-topics.json`` in the first log directory; partition
+directories found in the log directories with a ``partition.metadata`` (a Kafka broker's, for
+instance) are adopted with the broker defaults.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from tierlog.log.segment import FetchDataInfo, TimestampAndOffset
 from tierlog.log.txn_index import AbortedTxn
 from tierlog.metadata.partitioner import murmur2
 from tierlog.node.config import NodeConfig
+from tierlog.node.dir_lock import DirLock
 from tierlog.node.log_dirs import prepare_log_dir
 from tierlog.rlm.manager import RemoteLogManager
 from tierlog.rlm.metrics import RemoteStorageMetrics
@@ -252,43 +256,57 @@ class Node:
         self.rlmm: RemoteLogMetadataManager | None = None
         self.rlm: RemoteLogManager | None = None
         self._retention_pool: ScheduledPool | None = None
+        self._dir_locks: list[DirLock] = []
 
     # Lifecycle -----------------------------------------------------------------------------------
     def start(self) -> Node:
-        """Open the log directories, the plugins and the RLM; lead every partition.
+        """Lock and open the log directories, open the plugins and the RLM; lead every
+        partition.
 
-        ``LogDirError`` if a log directory cannot be created, listed or written.
+        ``LogDirError`` if a log directory cannot be created, listed or written;
+        ``LogDirLockedError`` (one) if another node or Kafka broker holds one (its ``.lock``,
+        ``tierlog.node.dir_lock``). A start that fails closes the node, releasing what it
+        opened: it cannot be started again.
         """
         with self._lock:
             if self._closed:  # first: a closed node was started too, and must not pretend
                 raise IllegalStateError("the node is closed")
             if self._started:
                 return self
-            for d in self.config.log_dirs:
-                prepare_log_dir(d)  # LogDirError naming the directory and the reason
-            self._load_topics()
-            if self.config.rlm.remote_log_storage_system_enable:
-                self._start_remote()
-            for topic in self._topics.values():
-                for p in range(topic.partitions):
-                    self._open_partition(topic, p)
-            self._lead([p for p in self._partitions.values()])
-            self._retention_pool = ScheduledPool("tierlog-log-retention", 1)
-            self._retention_pool.schedule_with_fixed_delay(
-                self._retention_tick,
-                self.config.log_retention_check_interval_ms / 1000,
-                initial_delay_s=self.config.log_retention_check_interval_ms / 1000,
-                name="local retention",
-            )
-            self._started = True
-            _LOG.info(
-                "Node %d started: %d topics, %d partitions, remote storage %s",
-                self.config.node_id,
-                len(self._topics),
-                len(self._partitions),
-                "enabled" if self.rlm is not None else "disabled",
-            )
+            try:
+                self._start()
+            except BaseException:
+                self.close()
+                raise
             return self
+
+    def _start(self) -> None:
+        for d in self.config.log_dirs:
+            prepare_log_dir(d)  # LogDirError naming the directory and the reason
+            # Before anything in it is read: the lock is held until close.
+            self._dir_locks.append(DirLock(d).acquire())
+        self._load_topics()
+        if self.config.rlm.remote_log_storage_system_enable:
+            self._start_remote()
+        for topic in self._topics.values():
+            for p in range(topic.partitions):
+                self._open_partition(topic, p)
+        self._lead([p for p in self._partitions.values()])
+        self._retention_pool = ScheduledPool("tierlog-log-retention", 1)
+        self._retention_pool.schedule_with_fixed_delay(
+            self._retention_tick,
+            self.config.log_retention_check_interval_ms / 1000,
+            initial_delay_s=self.config.log_retention_check_interval_ms / 1000,
+            name="local retention",
+        )
+        self._started = True
+        _LOG.info(
+            "Node %d started: %d topics, %d partitions, remote storage %s",
+            self.config.node_id,
+            len(self._topics),
+            len(self._partitions),
+            "enabled" if self.rlm is not None else "disabled",
+        )
 
     def _start_remote(self) -> None:
         rlm_config = self.config.rlm
@@ -320,7 +338,8 @@ class Node:
         )
 
     def close(self) -> None:
-        """Stop the tasks, close the logs (clean shutdown) and the plugins. Idempotent."""
+        """Stop the tasks, close the logs (clean shutdown) and the plugins, then release the log
+        directories' locks. Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -338,6 +357,9 @@ class Node:
                 self.rsm.close()
             if self.rlmm is not None and self._given_rlmm is None:
                 self.rlmm.close()
+            for dir_lock in self._dir_locks:  # last: nothing of this node touches them now
+                dir_lock.release()
+            self._dir_locks.clear()
             if self._started:  # a node whose start failed never ran: its error says enough
                 _LOG.info("Node %d stopped", self.config.node_id)
 
