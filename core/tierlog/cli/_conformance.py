@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from tierlog.spi import ConfigError, PluginError
-from tierlog.spi.plugins import get_registry
 
 
 def add_parser(commands: Any) -> None:
@@ -45,6 +44,8 @@ def add_parser(commands: Any) -> None:
 
 def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
     """The pytest command line that runs the suite for ``args``."""
+    from tierlog.conformance._base import resolve_plugin_class
+
     # Locate the suite without importing it: modules pytest will load must not be imported
     # before pytest.main, or pytest cannot rewrite their asserts.
     spec = importlib.util.find_spec("tierlog.conformance")
@@ -54,17 +55,16 @@ def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
     # Like `python -m`, let `module:Class` name a module of the current directory.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    registry = get_registry()
-    # Fail fast with one clear message instead of the same error in every test.
-    plugin_class: type
-    if args.rsm:
-        plugin_class = registry.storage_manager_class(args.rsm)
-        node = f"{module}::TestSelectedRemoteStorageManager"
-        argv = [node, "--tierlog-rsm", args.rsm]
-    else:
-        plugin_class = registry.metadata_manager_class(args.rlmm)
-        node = f"{module}::TestSelectedRemoteLogMetadataManager"
-        argv = [node, "--tierlog-rlmm", args.rlmm]
+    kind, name = ("rsm", args.rsm) if args.rsm else ("rlmm", args.rlmm)
+    # Fail fast with one clear message instead of the same error in every test (and say so
+    # when the name is a plugin of the other kind).
+    plugin_class = resolve_plugin_class(kind, name, flag_prefix="--")
+    suite = (
+        "TestSelectedRemoteStorageManager"
+        if kind == "rsm"
+        else "TestSelectedRemoteLogMetadataManager"
+    )
+    argv = [f"{module}::{suite}", f"--tierlog-{kind}", name]
     for item in args.config:
         key, sep, _ = item.partition("=")
         if not sep or not key.strip():

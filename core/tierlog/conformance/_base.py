@@ -11,13 +11,14 @@ temporary directory with ``tempfile.mkdtemp()`` gets one that pytest cleans up.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import pytest
 
+from tierlog.spi import PluginError
 from tierlog.spi.plugins import get_registry
 
 _Caps = TypeVar("_Caps")
@@ -59,6 +60,37 @@ def parse_config_options(values: list[str] | None) -> dict[str, str] | None:
             raise pytest.UsageError(f"--tierlog-config expects key=value, got {item!r}")
         config[key.strip()] = value
     return config
+
+
+def resolve_plugin_class(kind: str, name: str, *, flag_prefix: str = "--tierlog-") -> type:
+    """The ``kind`` (``rsm`` or ``rlmm``) plugin class registered as ``name`` or named
+    ``package.module:ClassName``.
+
+    When ``name`` is not of that kind but is a plugin of the other one, the ``PluginError``
+    says so and names the option to use (``{flag_prefix}rlmm NAME``): ``embedded`` given as an
+    RSM is a slip of the option, not an unknown plugin.
+    """
+    registry = get_registry()
+    lookups: dict[str, Callable[[str], type]] = {
+        "rsm": registry.storage_manager_class,
+        "rlmm": registry.metadata_manager_class,
+    }
+    try:
+        return lookups[kind](name)
+    except PluginError:
+        other = "rlmm" if kind == "rsm" else "rsm"
+        if not _names_a_plugin(lookups[other], name):
+            raise
+    raise PluginError(f"{name} is an {other.upper()} plugin: use {flag_prefix}{other} {name}")
+
+
+def _names_a_plugin(lookup: Callable[[str], type], name: str) -> bool:
+    """Whether ``lookup`` finds ``name``; its error, if any, is not the one to show."""
+    try:
+        lookup(name)
+    except PluginError:
+        return False
+    return True
 
 
 _SUITE_PACKAGE = "tierlog.conformance."
@@ -153,10 +185,7 @@ class SuiteBase:
                 f"no {cls._kind} under test: set plugin_class on {cls.__name__} or pass "
                 f"--{cls._option_name.replace('_', '-')} NAME"
             )
-        registry = get_registry()
-        if cls._kind == "rsm":
-            return registry.storage_manager_class(name)
-        return registry.metadata_manager_class(name)
+        return resolve_plugin_class(cls._kind, name)
 
     @classmethod
     def _plugin_class_of(cls, pytest_config: pytest.Config, base: type) -> type:

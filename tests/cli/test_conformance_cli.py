@@ -1,0 +1,121 @@
+"""``tierlog conformance``: the plugin named is checked once, before pytest.
+
+A wrong plugin name, or a plugin of the other kind, ends the command with one message and exit
+code 2 instead of the same error in every test. The runs that need pytest go through a
+subprocess, as a user runs the command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tierlog.cli import main
+from tierlog.conformance._base import resolve_plugin_class
+from tierlog.spi import PluginError
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _conformance(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tierlog.cli", "conformance", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(cwd), **(env or {})},
+    )
+
+
+def _one_error_line(err: str) -> str:
+    """The single line of a refused run's stderr, checked to be an error, not a traceback."""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tierlog: error: ") and "Traceback" not in err
+    return lines[0]
+
+
+# A plugin of the other kind -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rsm", "embedded"], "embedded is an RLMM plugin: use --rlmm embedded"),
+        (["--rlmm", "local"], "local is an RSM plugin: use --rsm local"),
+        (
+            ["--rsm", "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager"],
+            "tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager is an RLMM plugin: "
+            "use --rlmm tierlog.metadata.embedded:EmbeddedRemoteLogMetadataManager",
+        ),
+    ],
+)
+def test_a_plugin_of_the_other_kind_names_the_right_option(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, "conformance", *argv)
+    assert code == 2 and out == ""
+    assert _one_error_line(err) == f"tierlog: error: {message}"
+
+
+def test_the_pytest_options_name_the_right_option_too() -> None:
+    with pytest.raises(
+        PluginError, match=r"^embedded is an RLMM plugin: use --tierlog-rlmm embedded$"
+    ):
+        resolve_plugin_class("rsm", "embedded")
+
+
+def test_an_unknown_plugin_keeps_the_registry_message(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "conformance", "--rsm", "no-such-rsm")
+    assert code == 2 and "no rsm plugin named 'no-such-rsm'" in _one_error_line(err)
+
+
+# Moved from tests/cli/test_cli.py ---------------------------------------------------------------
+def test_conformance_passes_on_the_embedded_defaults(tmp_path: Path) -> None:
+    """The CLI wiring: the selected suite runs on the named plugin and exits 0."""
+    for target in (["--rsm", "local", "--quick"], ["--rlmm", "embedded"]):
+        result = _conformance(*target, "--", "-q", "-x", cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert " passed" in result.stdout
+
+
+def test_conformance_verdict_is_the_exit_code(tmp_path: Path) -> None:
+    """A plugin that breaks the contract makes the command exit 1."""
+    (tmp_path / "broken_rsm.py").write_text(
+        "from tierlog.storage.local import LocalTieredStorage\n"
+        "from tierlog.spi import RemoteResourceNotFoundException\n"
+        "class Broken(LocalTieredStorage):\n"
+        "    def delete_log_segment_data(self, m):\n"
+        "        raise RemoteResourceNotFoundException('gone')\n"
+    )
+    result = _conformance("--rsm", "broken_rsm:Broken", "--quick", "--", "-q", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "failed" in result.stdout
+
+
+def test_conformance_rejects_a_malformed_config(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "conformance", "--rsm", "local", "--config", "dir")
+    assert code == 2 and "--config expects KEY=VALUE, got 'dir'" in err
+
+
+def test_conformance_needs_config_when_the_plugin_declares_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "needs_config_rsm.py").write_text(
+        "from tierlog.storage.local import LocalTieredStorage\n"
+        "class NeedsConfig(LocalTieredStorage):\n"
+        "    conformance_config = None\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "conformance", "--rsm", "needs_config_rsm:NeedsConfig")
+    assert code == 2 and "has no conformance_config()" in err and "--config" in err
