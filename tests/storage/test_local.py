@@ -169,6 +169,24 @@ def test_not_found_message_names_the_missing_object(storage: LocalTieredStorage)
         storage.fetch_index(metadata_for(), IndexType.OFFSET)
 
 
+@pytest.mark.parametrize(("start", "end"), [(-1, None), (5, 4)])
+def test_a_bad_range_is_refused_before_the_store_is_touched(start: int, end: int | None) -> None:
+    """Kafka checks the arguments first: a bad range is InvalidArgumentError even on an
+    instance that is not configured, for a segment that does not exist."""
+    with pytest.raises(InvalidArgumentError):
+        LocalTieredStorage().fetch_log_segment(metadata_for(), start, end)
+
+
+def test_the_range_is_clamped_to_the_stored_file_not_the_metadata(
+    storage: LocalTieredStorage, segments: SegmentFactory
+) -> None:
+    files = segments.create(size=100)
+    storage.copy_log_segment_data(metadata_for(size=10**6), files.data)
+    metadata = metadata_for(size=10**6)  # says more bytes than were stored
+    assert read_stream(storage.fetch_log_segment(metadata, 90, 10**5)) == files.segment[90:]
+    assert read_stream(storage.fetch_log_segment(metadata, 100)) == b""
+
+
 def test_copy_without_sendfile_streams_through_a_buffer(
     storage: LocalTieredStorage, segments: SegmentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,7 +30,7 @@ from tierlog.spi._model import (
     TopicPartition,
 )
 from tierlog.spi._rlmm import RemoteLogMetadataManager
-from tierlog.spi._rsm import RemoteStorageManager
+from tierlog.spi._rsm import RemoteStorageManager, check_fetch_range
 from tierlog.spi._uuid import METADATA_TOPIC_ID, ZERO_UUID, Uuid
 from tierlog.spi.hookspecs import hookimpl
 
@@ -64,5 +64,6 @@ __all__ = [
     "TopicIdPartition",
     "TopicPartition",
     "Uuid",
+    "check_fetch_range",
     "hookimpl",
 ]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from types import TracebackType
-from typing import BinaryIO, Self
+from typing import BinaryIO, Self, overload
 
+from tierlog.spi._errors import InvalidArgumentError
 from tierlog.spi._model import (
     CustomMetadata,
     IndexType,
@@ -78,7 +79,7 @@ class RemoteStorageManager(abc.ABC):
         ``start_position < 0`` or ``start_position > end_position`` raises ``ValueError``
         (``InvalidArgumentError``). The caller closes the stream. A missing segment raises
         ``RemoteResourceNotFoundException``. Implementations must stream: never hold the whole
-        segment in memory.
+        segment in memory. ``check_fetch_range`` checks the arguments and clamps the range.
         """
 
     @abc.abstractmethod
@@ -125,3 +126,45 @@ class RemoteStorageManager(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+@overload
+def check_fetch_range(start_position: int, end_position: int | None) -> None: ...
+
+
+@overload
+def check_fetch_range(start_position: int, end_position: int | None, size: int) -> int: ...
+
+
+def check_fetch_range(
+    start_position: int, end_position: int | None, size: int | None = None
+) -> int | None:
+    """Check the arguments of ``RemoteStorageManager.fetch_log_segment`` and, given the
+    segment's ``size``, how many bytes its stream serves: one rule for every RSM.
+
+    Kafka's contract (``RemoteStorageManager.fetchLogSegment``): positions are byte positions in
+    the segment, both inclusive; ``start_position`` is at least 0; ``end_position`` is at least
+    ``start_position``, or ``None`` for "to the end of the segment". Anything else raises
+    ``InvalidArgumentError`` (a ``ValueError``, Kafka's ``IllegalArgumentException``) naming the
+    position, as does a negative ``size``.
+
+    Call it first without ``size``, before touching the store: Kafka refuses bad arguments
+    before any I/O, so a bad range is a ``ValueError`` even for a segment that is missing. Once
+    the stored size is known, call it again with ``size``: the result is the number of bytes
+    from ``start_position`` to serve. An ``end_position`` at or past the segment's last byte is
+    clamped to it, and a ``start_position`` at or past the end gives 0: an empty stream, not an
+    error (an object store answers HTTP 416 there; an RSM must not pass that on). The bytes to
+    stream are ``start_position`` to ``start_position + result - 1``.
+    """
+    if start_position < 0:
+        raise InvalidArgumentError(f"start position must be >= 0, got {start_position}")
+    if end_position is not None and end_position < start_position:
+        raise InvalidArgumentError(
+            f"end position {end_position} is before start position {start_position}"
+        )
+    if size is None:
+        return None
+    if size < 0:
+        raise InvalidArgumentError(f"segment size must be >= 0, got {size}")
+    stop = size if end_position is None else min(end_position + 1, size)
+    return max(0, stop - start_position)

@@ -56,6 +56,7 @@ from tierlog.spi import (
     RemoteStorageManager,
     RetriableRemoteStorageException,
     TopicIdPartition,
+    check_fetch_range,
     hookimpl,
 )
 from tierlog.spi.hookspecs import RegisterStorageManager
@@ -532,21 +533,16 @@ class LocalTieredStorage(RemoteStorageManager):
         """Stream bytes ``start_position..end_position`` (inclusive) of the stored segment.
 
         The range is checked against the file actually stored (not ``segment_size_in_bytes``):
-        an end past it is clamped and a start at or past it gives an empty stream.
+        an end past it is clamped and a start at or past it gives an empty stream
+        (``check_fetch_range``, before and after the file is opened).
         """
-        if start_position < 0:
-            raise InvalidArgumentError(f"start position must be >= 0, got {start_position}")
-        if end_position is not None and end_position < start_position:
-            raise InvalidArgumentError(
-                f"end position {end_position} is before start position {start_position}"
-            )
+        check_fetch_range(start_position, end_position)
         metadata = remote_log_segment_metadata
         path = self._fileset(metadata).path(LOG_SUFFIX)
         raw = self._open(path, f"segment data of {metadata.remote_log_segment_id}")
         try:
             size = os.fstat(raw.fileno()).st_size
-            last = size - 1 if end_position is None else min(end_position, size - 1)
-            length = max(0, last - start_position + 1)
+            length = check_fetch_range(start_position, end_position, size)
             if length:
                 raw.seek(start_position)
         except BaseException:

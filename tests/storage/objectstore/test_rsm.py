@@ -30,6 +30,7 @@ from tierlog.log.record import Record
 from tierlog.spi import (
     CustomMetadata,
     IndexType,
+    InvalidArgumentError,
     LogSegmentData,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException,
@@ -309,6 +310,29 @@ def test_a_scan_larger_than_a_quarter_of_the_cache_bypasses_it(
     assert rsm.chunk_cache.memory.weight == 0
     read_stream(rsm.fetch_log_segment(metadata, 0, 100))
     assert rsm.chunk_cache.memory.weight == 1024
+
+
+@pytest.mark.parametrize(("start", "end"), [(-1, None), (5, 4)])
+def test_a_bad_range_is_refused_without_a_request(
+    make: Callable[..., MemoryObjectStoreRSM], tip: TopicIdPartition, start: int, end: int | None
+) -> None:
+    """Kafka checks the arguments first: no manifest GET, even for a segment never copied."""
+    rsm = make()
+    with pytest.raises(InvalidArgumentError):
+        rsm.fetch_log_segment(segment_metadata(tip, size=100), start, end)
+    assert gets(rsm) == 0
+
+
+def test_a_range_past_the_manifest_size_is_clamped_or_empty(
+    make: Callable[..., MemoryObjectStoreRSM], segments: SegmentFactory, tip: TopicIdPartition
+) -> None:
+    rsm = make()
+    files = segments.create(size=100)
+    metadata = copy(rsm, files, tip)
+    assert read_stream(rsm.fetch_log_segment(metadata, 90, 10**5)) == files.segment[90:]
+    before = gets(rsm)
+    assert read_stream(rsm.fetch_log_segment(metadata, 100)) == b""
+    assert gets(rsm) == before  # the manifest is cached: nothing past the end is asked for
 
 
 def test_a_missing_transaction_index_costs_no_request(

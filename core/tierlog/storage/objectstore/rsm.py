@@ -79,6 +79,7 @@ from tierlog.spi import (
     RemoteStorageException,
     RemoteStorageManager,
     TopicIdPartition,
+    check_fetch_range,
 )
 from tierlog.storage.objectstore.backend import (
     ObjectStoreBackend,
@@ -719,20 +720,16 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         start_position: int,
         end_position: int | None = None,
     ) -> BinaryIO:
-        """A stream of bytes ``start..end`` (inclusive) of the original segment."""
-        if start_position < 0:
-            raise InvalidArgumentError(f"start position must be >= 0, got {start_position}")
-        if end_position is not None and end_position < start_position:
-            raise InvalidArgumentError(
-                f"end position {end_position} is before start position {start_position}"
-            )
+        """A stream of bytes ``start..end`` (inclusive) of the original segment, clamped to the
+        size in its manifest (``check_fetch_range``, before and after the manifest is read)."""
+        check_fetch_range(start_position, end_position)
         backend = self._require_backend()
         segment = self._segment(remote_log_segment_metadata)
         manifest = segment.manifest
-        if start_position >= manifest.size:
+        length = check_fetch_range(start_position, end_position, manifest.size)
+        if not length:
             return io.BytesIO(b"")
-        last = manifest.size - 1 if end_position is None else min(end_position, manifest.size - 1)
-        length = last - start_position + 1
+        last = start_position + length - 1
         cache = self._chunk_cache
         admit_memory = length <= cache.memory.capacity // 4
         admit_disk = cache.disk is not None and length <= cache.disk.capacity // 4

@@ -6,9 +6,10 @@ object store do. It is a teaching example and a test double, not a production st
 lost when the process exits, and every segment is held in memory whole.
 
 Reading order: ``configure`` (configuration and its errors), ``copy_log_segment_data``
-(idempotent, all-or-nothing), ``fetch_log_segment`` (inclusive ranges), ``fetch_index`` (a
-missing index is an error, never an empty stream), ``delete_log_segment_data`` (idempotent),
-and at the bottom the registration hook.
+(idempotent, all-or-nothing), ``fetch_log_segment`` (inclusive ranges, checked and clamped by
+``tierlog.spi.check_fetch_range``), ``fetch_index`` (a missing index is an error, never an
+empty stream), ``delete_log_segment_data`` (idempotent), and at the bottom the registration
+hook.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from tierlog.spi import (
     CustomMetadata,
     IllegalStateError,
     IndexType,
-    InvalidArgumentError,
     LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException,
     RemoteStorageManager,
+    check_fetch_range,
 )
 
 if TYPE_CHECKING:
@@ -161,18 +162,16 @@ class MemoryRemoteStorage(RemoteStorageManager):
         start_position: int,
         end_position: int | None = None,
     ) -> BinaryIO:
-        # Check the arguments before touching the store, as Kafka does.
-        if start_position < 0:
-            raise InvalidArgumentError(f"start position must be >= 0, got {start_position}")
-        if end_position is not None and end_position < start_position:
-            raise InvalidArgumentError(
-                f"end position {end_position} is before start position {start_position}"
-            )
+        # tierlog.spi.check_fetch_range is the contract's one rule for the range: called
+        # without a size it checks the arguments (start >= 0, end >= start or None; else
+        # InvalidArgumentError, Kafka's IllegalArgumentException), which Kafka does before
+        # touching the store; called with the stored size it says how many bytes to serve
+        # from the start (the end is inclusive and clamped to the data, and a start at or
+        # after the end gives 0: an empty stream, not an error).
+        check_fetch_range(start_position, end_position)
         data = self._part(remote_log_segment_metadata, SEGMENT)
-        # The end is inclusive; slicing clamps an end past the data and gives b"" for a start
-        # at or after it, which is exactly the contract.
-        stop = len(data) if end_position is None else end_position + 1
-        return io.BytesIO(data[start_position:stop])
+        length = check_fetch_range(start_position, end_position, len(data))
+        return io.BytesIO(data[start_position : start_position + length])
 
     def fetch_index(
         self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType
