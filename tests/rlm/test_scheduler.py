@@ -1,7 +1,10 @@
 """``ScheduledPool``: Kafka's ``scheduleWithFixedDelay`` contract plus trigger, cancel, resize.
 
-Real threads and real (short) delays: each test bounds its waits and finishes well under a
-second. Pools get a name unique to the test so ``threading.enumerate()`` can find their threads.
+Real threads on a manual clock: when a task is due and how idle the threads were is decided by
+``ManualClock``, which only the test moves, so no assertion depends on how fast a loaded
+machine runs. Tests synchronise on events, barriers and ``wait_runs``; the deadlines of those
+waits are generous bounds for a stalled machine, never measured times. Pools get a name unique
+to the test so ``threading.enumerate()`` can find their threads.
 """
 
 from __future__ import annotations
@@ -17,9 +20,28 @@ from tierlog.rlm.scheduler import ScheduledPool, ScheduledTask
 from tierlog.spi import InvalidArgumentError
 
 _names = itertools.count()
+DEADLINE_S = 60.0
+"""How long a test waits for the pool's threads before it fails: only a hung pool takes this."""
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 2.0) -> None:
+class ManualClock:
+    """Monotonic seconds that move only when the test says so (Kafka's ``MockTime``); a task's
+    run may move it too, standing for the time the run took."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._now = 0.0
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
@@ -31,22 +53,42 @@ def pool_threads(pool: ScheduledPool) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(f"{pool.name}-")]
 
 
+def advance(pool: ScheduledPool, clock: ManualClock, seconds: float) -> None:
+    """Move the clock and make the pool's waiting threads see it."""
+    clock.advance(seconds)
+    pool.wake_all()
+
+
+def sync(pool: ScheduledPool) -> None:
+    """Return once the (single) thread of ``pool`` has looked at every task due now: a task
+    scheduled now runs only after those ahead of it in the queue were run or skipped."""
+    assert pool.size == 1
+    marker = pool.schedule_with_fixed_delay(lambda: None, 3600.0, name="sync marker")
+    assert marker.wait_runs(1, DEADLINE_S)
+    marker.cancel()
+
+
 @pytest.fixture
-def make_pool() -> Iterator[Callable[[int], ScheduledPool]]:
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def make_pool(clock: ManualClock) -> Iterator[Callable[[int], ScheduledPool]]:
     pools: list[ScheduledPool] = []
 
     def make(threads: int) -> ScheduledPool:
-        pool = ScheduledPool(f"test-sched-{next(_names)}", threads)
+        pool = ScheduledPool(f"test-sched-{next(_names)}", threads, clock=clock)
         pools.append(pool)
         return pool
 
     yield make
     for pool in pools:
-        assert pool.close(timeout=2.0)
+        assert pool.close(timeout=DEADLINE_S)
 
 
 def test_fixed_delay_counts_from_the_end_of_each_run_and_never_overlaps(
-    make_pool: Callable[[int], ScheduledPool],
+    make_pool: Callable[[int], ScheduledPool], clock: ManualClock
 ) -> None:
     pool = make_pool(3)
     lock = threading.Lock()
@@ -54,70 +96,87 @@ def test_fixed_delay_counts_from_the_end_of_each_run_and_never_overlaps(
     ends: list[float] = []
     active = 0
     max_active = 0
+    entered = threading.Event()
+    release = threading.Event()
 
     def run() -> None:
         nonlocal active, max_active
         with lock:
             active += 1
             max_active = max(max_active, active)
-            starts.append(time.monotonic())
-        time.sleep(0.04)
+            starts.append(clock())
+        entered.set()
+        assert release.wait(DEADLINE_S)
+        clock.advance(4.0)  # each run takes 4 s
         with lock:
-            ends.append(time.monotonic())
+            ends.append(clock())
             active -= 1
 
-    task = pool.schedule_with_fixed_delay(run, 0.03)
+    task = pool.schedule_with_fixed_delay(run, 3.0)
+    assert entered.wait(DEADLINE_S)
     # Triggers while it runs must not start a second, overlapping run on the other threads.
     for _ in range(10):
         task.trigger()
-        time.sleep(0.005)
-    triggered_runs = task.runs
-    assert task.wait_runs(triggered_runs + 3, timeout=2.0)
-    assert task.cancel(wait=True, timeout=2.0)
+    assert task.running and task.next_run_at is None
+    release.set()
+    # The remembered trigger runs it once more right after the first run ended...
+    assert task.wait_runs(2, DEADLINE_S)
+    assert starts[1] == ends[0] == 4.0
+    # ...and then the delay counts from the end of the last run, not from its start.
+    assert task.next_run_at == ends[1] + 3.0 == 11.0
+    advance(pool, clock, 3.0)
+    assert task.wait_runs(3, DEADLINE_S)
+    assert task.cancel(wait=True, timeout=DEADLINE_S)
+    assert starts == [0.0, 4.0, 11.0]
+    assert ends == [4.0, 8.0, 15.0]
     assert max_active == 1
-    # A run that follows a trigger starts right after the previous one; once the triggers
-    # stop, a run starts no earlier than the delay after the previous run *ended*.
-    gaps = [start - end for end, start in zip(ends, starts[1:], strict=False)]
-    assert all(gap >= 0 for gap in gaps)
-    assert gaps[-1] >= 0.03
-    assert min(gaps) < 0.03  # some run followed a trigger at once
 
 
-def test_fixed_delay_without_triggers(make_pool: Callable[[int], ScheduledPool]) -> None:
+def test_fixed_delay_without_triggers(
+    make_pool: Callable[[int], ScheduledPool], clock: ManualClock
+) -> None:
     pool = make_pool(2)
     starts: list[float] = []
     ends: list[float] = []
 
     def run() -> None:
-        starts.append(time.monotonic())
-        time.sleep(0.03)
-        ends.append(time.monotonic())
+        starts.append(clock())
+        clock.advance(3.0)
+        ends.append(clock())
 
-    task = pool.schedule_with_fixed_delay(run, 0.02)
-    assert task.wait_runs(4, timeout=2.0)
-    task.cancel(wait=True)
-    for end, start in zip(ends, starts[1:], strict=False):
-        assert start - end >= 0.02  # from the end: a fixed rate would start 0.02 after start
+    task = pool.schedule_with_fixed_delay(run, 2.0)
+    for runs in range(1, 5):
+        assert task.wait_runs(runs, DEADLINE_S)
+        # From the end: a fixed rate would be due 2 s after the start, i.e. already overdue.
+        assert task.next_run_at == ends[-1] + 2.0
+        advance(pool, clock, 2.0)
+    assert task.cancel(wait=True, timeout=DEADLINE_S)
+    assert starts[:4] == [0.0, 5.0, 10.0, 15.0]
+    assert ends[:4] == [3.0, 8.0, 13.0, 18.0]
 
 
-def test_initial_delay(make_pool: Callable[[int], ScheduledPool]) -> None:
+def test_initial_delay(make_pool: Callable[[int], ScheduledPool], clock: ManualClock) -> None:
     pool = make_pool(1)
     ran = threading.Event()
     started_at: list[float] = []
 
     def run() -> None:
-        started_at.append(time.monotonic())
+        started_at.append(clock())
         ran.set()
 
-    scheduled_at = time.monotonic()
-    pool.schedule_with_fixed_delay(run, 60.0, initial_delay_s=0.15)
-    assert not ran.wait(0.1)
-    assert ran.wait(1.0)
-    assert started_at[0] - scheduled_at >= 0.15
-    # Without an initial delay the first run is immediate.
-    immediate = threading.Event()
-    pool.schedule_with_fixed_delay(immediate.set, 60.0)
-    assert immediate.wait(0.5)
+    task = pool.schedule_with_fixed_delay(run, 60.0, initial_delay_s=15.0)
+    assert task.next_run_at == 15.0
+    sync(pool)
+    advance(pool, clock, 14.0)
+    sync(pool)
+    assert task.runs == 0 and not ran.is_set()
+    advance(pool, clock, 1.0)
+    assert ran.wait(DEADLINE_S)
+    assert started_at == [15.0]
+    # Without an initial delay the first run is immediate: no time passes.
+    immediate = pool.schedule_with_fixed_delay(lambda: None, 60.0)
+    assert immediate.wait_runs(1, DEADLINE_S)
+    assert immediate.next_run_at == 15.0 + 60.0
 
 
 def test_trigger_runs_now_and_a_trigger_during_a_run_gives_exactly_one_more(
@@ -130,32 +189,37 @@ def test_trigger_runs_now_and_a_trigger_during_a_run_gives_exactly_one_more(
     def run() -> None:
         if not entered.is_set():
             entered.set()
-            assert release.wait(2.0)
+            assert release.wait(DEADLINE_S)
 
     task = pool.schedule_with_fixed_delay(run, 60.0, initial_delay_s=60.0)
-    time.sleep(0.03)
-    assert task.runs == 0
+    assert task.runs == 0 and task.next_run_at == 60.0
     task.trigger()
-    assert entered.wait(1.0)
+    assert entered.wait(DEADLINE_S)
     assert task.running
     for _ in range(3):  # several triggers while running: remembered once
         pool.trigger(task)
     release.set()
-    assert task.wait_runs(2, timeout=1.0)
-    time.sleep(0.1)
+    assert task.wait_runs(2, DEADLINE_S)
+    # The second run rescheduled the task a full delay ahead: no third trigger was pending
+    # (it would be due now), and the initial-delay entry went with the first triggered run.
+    assert task.next_run_at == 60.0
     assert task.runs == 2
-    assert not task.running
 
 
-def test_cancel_stops_future_runs(make_pool: Callable[[int], ScheduledPool]) -> None:
-    pool = make_pool(2)
-    task = pool.schedule_with_fixed_delay(lambda: None, 0.005)
-    assert task.wait_runs(3, timeout=1.0)
-    assert task.cancel(wait=True)
-    assert task.cancelled
+def test_cancel_stops_future_runs(
+    make_pool: Callable[[int], ScheduledPool], clock: ManualClock
+) -> None:
+    pool = make_pool(1)
+    task = pool.schedule_with_fixed_delay(lambda: None, 5.0)
+    for runs in range(1, 4):
+        assert task.wait_runs(runs, DEADLINE_S)
+        advance(pool, clock, 5.0)
+    assert task.cancel(wait=True, timeout=DEADLINE_S)
+    assert task.cancelled and task.next_run_at is None
     runs = task.runs
     task.trigger()  # a trigger does not revive a cancelled task
-    time.sleep(0.05)
+    advance(pool, clock, 60.0)  # and neither does its due time passing
+    sync(pool)
     assert task.runs == runs
     assert "cancelled" in repr(task)
 
@@ -170,27 +234,34 @@ def test_cancel_with_wait_waits_for_the_run_in_progress(
 
     def run() -> None:
         entered.set()
-        release.wait(2.0)
+        release.wait(DEADLINE_S)
         finished.set()
 
     task = pool.schedule_with_fixed_delay(run, 60.0)
-    assert entered.wait(1.0)
-    # A bounded wait that expires says so, and the task is cancelled all the same.
-    assert task.cancel(wait=True, timeout=0.05) is False
-    assert task.cancelled and task.running
-    timer = threading.Timer(0.05, release.set)
-    timer.start()
-    try:
-        assert task.cancel(wait=True, timeout=2.0) is True
-        assert finished.is_set()  # returned only once the run had ended
-        assert not task.running
-    finally:
-        timer.cancel()
+    assert entered.wait(DEADLINE_S)
+    # A waiting cancel, from another thread: the run can only end once the test releases it.
+    outcome: list[tuple[bool, bool]] = []
+
+    def cancel() -> None:
+        returned = task.cancel(wait=True, timeout=DEADLINE_S)
+        outcome.append((returned, finished.is_set()))
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    wait_until(lambda: task.cancelled)  # the canceller is in cancel(), waiting for the run
+    # A bounded wait that expires says so.
+    assert task.cancel(wait=True, timeout=0.01) is False
+    assert task.cancelled and task.running and outcome == []
+    release.set()
+    canceller.join(DEADLINE_S)
+    assert not canceller.is_alive()
+    assert outcome == [(True, True)]  # returned True, and only once the run had ended
+    assert not task.running
     assert task.runs == 1
 
 
 def test_cancel_with_wait_from_inside_the_task_does_not_deadlock(
-    make_pool: Callable[[int], ScheduledPool],
+    make_pool: Callable[[int], ScheduledPool], clock: ManualClock
 ) -> None:
     pool = make_pool(1)
     results: list[bool] = []
@@ -198,21 +269,21 @@ def test_cancel_with_wait_from_inside_the_task_does_not_deadlock(
     ready = threading.Event()
 
     def run() -> None:
-        ready.wait(1.0)
-        results.append(holder[0].cancel(wait=True, timeout=1.0))
+        assert ready.wait(DEADLINE_S)
+        # Waiting here for the run to end would sit out the whole timeout and return False.
+        results.append(holder[0].cancel(wait=True, timeout=DEADLINE_S))
 
-    holder.append(pool.schedule_with_fixed_delay(run, 0.001))
-    started = time.monotonic()
+    holder.append(pool.schedule_with_fixed_delay(run, 1.0))
     ready.set()
-    assert holder[0].wait_runs(1, timeout=1.0)
-    assert time.monotonic() - started < 0.9  # did not sit out its own timeout
+    assert holder[0].wait_runs(1, DEADLINE_S)
     assert results == [True]
-    time.sleep(0.03)
+    advance(pool, clock, 1.0)
+    sync(pool)
     assert holder[0].runs == 1
 
 
 def test_a_raising_task_stays_scheduled_and_its_thread_survives(
-    make_pool: Callable[[int], ScheduledPool],
+    make_pool: Callable[[int], ScheduledPool], clock: ManualClock
 ) -> None:
     pool = make_pool(1)
     threads = pool_threads(pool)
@@ -221,19 +292,22 @@ def test_a_raising_task_stays_scheduled_and_its_thread_survives(
     def boom() -> None:
         raise RuntimeError("task failure")
 
-    task = pool.schedule_with_fixed_delay(boom, 0.005)
-    assert task.wait_runs(3, timeout=1.0)
+    task = pool.schedule_with_fixed_delay(boom, 5.0)
+    for runs in range(1, 4):
+        assert task.wait_runs(runs, DEADLINE_S)
+        assert task.next_run_at == clock() + 5.0
+        advance(pool, clock, 5.0)
     assert not task.cancelled
     assert pool_threads(pool) == threads and threads[0].is_alive()
     # The same thread still runs other tasks.
     other = threading.Event()
     pool.schedule_with_fixed_delay(other.set, 60.0)
-    assert other.wait(1.0)
+    assert other.wait(DEADLINE_S)
 
 
 def test_resize_up_and_down(make_pool: Callable[[int], ScheduledPool]) -> None:
     pool = make_pool(1)
-    barrier = threading.Barrier(3, timeout=1.0)
+    barrier = threading.Barrier(3, timeout=DEADLINE_S)
     passed: list[str] = []
 
     def meet() -> None:
@@ -245,7 +319,7 @@ def test_resize_up_and_down(make_pool: Callable[[int], ScheduledPool]) -> None:
     assert len(pool_threads(pool)) == 3
     # Three runs that can only end together: they need three threads at once.
     tasks = [pool.schedule_with_fixed_delay(meet, 60.0) for _ in range(3)]
-    assert all(t.wait_runs(1, timeout=1.0) for t in tasks)
+    assert all(t.wait_runs(1, DEADLINE_S) for t in tasks)
     assert len(set(passed)) == 3
 
     pool.resize(1)
@@ -256,7 +330,7 @@ def test_resize_up_and_down(make_pool: Callable[[int], ScheduledPool]) -> None:
         pool.schedule_with_fixed_delay(lambda: names.add(threading.current_thread().name), 60.0)
         for _ in range(3)
     ]
-    assert all(t.wait_runs(1, timeout=1.0) for t in more)
+    assert all(t.wait_runs(1, DEADLINE_S) for t in more)
     assert names == {pool_threads(pool)[0].name}
     with pytest.raises(InvalidArgumentError):
         pool.resize(0)
@@ -267,28 +341,30 @@ def test_shrinking_waits_for_the_runs_in_progress(
 ) -> None:
     pool = make_pool(2)
     release = threading.Event()
-    entered = threading.Barrier(3, timeout=1.0)
+    entered = threading.Barrier(3, timeout=DEADLINE_S)
 
     def block() -> None:
         entered.wait()
-        release.wait(2.0)
+        release.wait(DEADLINE_S)
 
     tasks = [pool.schedule_with_fixed_delay(block, 60.0) for _ in range(2)]
     entered.wait()
     pool.resize(1)
-    time.sleep(0.03)
-    assert all(t.running for t in tasks)  # a run in progress is not interrupted
+    # Both runs hold their threads until released: a run in progress is not interrupted, and
+    # the surplus thread leaves only once its run is over.
+    assert all(t.running for t in tasks)
     assert len(pool_threads(pool)) == 2
     release.set()
     wait_until(lambda: len(pool_threads(pool)) == 1)
     assert all(t.runs == 1 for t in tasks)
 
 
-def test_idle_percent_reflects_work(make_pool: Callable[[int], ScheduledPool]) -> None:
+def test_idle_percent_reflects_work(
+    make_pool: Callable[[int], ScheduledPool], clock: ManualClock
+) -> None:
     pool = make_pool(1)
-    time.sleep(0.05)
-    idle = pool.idle_percent()
-    assert 0.9 <= idle <= 1.0
+    advance(pool, clock, 5.0)
+    assert pool.idle_percent() == 1.0
 
     # A run in progress counts as busy time, even before it ends.
     entered = threading.Event()
@@ -296,40 +372,48 @@ def test_idle_percent_reflects_work(make_pool: Callable[[int], ScheduledPool]) -
 
     def block() -> None:
         entered.set()
-        release.wait(2.0)
+        release.wait(DEADLINE_S)
 
     task = pool.schedule_with_fixed_delay(block, 60.0)
-    assert entered.wait(1.0)
+    assert entered.wait(DEADLINE_S)
     pool.idle_percent()  # start a fresh measurement
-    time.sleep(0.1)
+    clock.advance(10.0)
     busy = pool.idle_percent()
     release.set()
-    task.cancel(wait=True)
-    assert 0.0 <= busy <= 0.1
+    assert task.cancel(wait=True, timeout=DEADLINE_S)  # the run's end is accounted for
+    assert busy == 0.0
 
-    # Back to waiting: mostly idle again, even while the thread has not woken up yet.
+    # Back to waiting: idle again, even while the thread has not woken up since.
     pool.idle_percent()
-    time.sleep(0.1)
-    assert 0.9 <= pool.idle_percent() <= 1.0
+    clock.advance(10.0)
+    assert pool.idle_percent() == 1.0
+    # Nothing measured since the last call (no time passed): idle by convention.
+    assert pool.idle_percent() == 1.0
 
 
-def test_idle_percent_with_several_threads(make_pool: Callable[[int], ScheduledPool]) -> None:
+def test_idle_percent_with_several_threads(
+    make_pool: Callable[[int], ScheduledPool], clock: ManualClock
+) -> None:
     pool = make_pool(2)
     entered = threading.Event()
     release = threading.Event()
 
     def block() -> None:
         entered.set()
-        release.wait(2.0)
+        release.wait(DEADLINE_S)
 
     task = pool.schedule_with_fixed_delay(block, 60.0)
-    assert entered.wait(1.0)
+    assert entered.wait(DEADLINE_S)
     pool.idle_percent()
-    time.sleep(0.1)
+    clock.advance(10.0)
     half = pool.idle_percent()  # one thread busy, one waiting
+    clock.advance(10.0)
     release.set()
-    task.cancel(wait=True)
-    assert 0.35 <= half <= 0.65
+    assert task.cancel(wait=True, timeout=DEADLINE_S)
+    assert half == 0.5
+    clock.advance(20.0)
+    # Busy for the first 10 s of these 30, on one thread of two: 50 idle of 60 thread-seconds.
+    assert pool.idle_percent() == 50.0 / 60.0
 
 
 def test_close_ends_threads_and_cancels_every_task(
@@ -343,19 +427,24 @@ def test_close_ends_threads_and_cancels_every_task(
 
     def block() -> None:
         entered.set()
-        release.wait(2.0)
+        release.wait(DEADLINE_S)
         finished.set()
 
     running = pool.schedule_with_fixed_delay(block, 0.01)
     waiting = pool.schedule_with_fixed_delay(lambda: None, 60.0, initial_delay_s=60.0)
-    assert entered.wait(1.0)
-    timer = threading.Timer(0.05, release.set)
-    timer.start()
-    try:
-        assert pool.close(timeout=2.0)
-    finally:
-        timer.cancel()
-    assert finished.is_set()  # the run in progress ended before close returned
+    assert entered.wait(DEADLINE_S)
+    closed: list[tuple[bool, bool]] = []
+
+    def close() -> None:
+        returned = pool.close(timeout=DEADLINE_S)
+        closed.append((returned, finished.is_set()))
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    wait_until(lambda: running.cancelled)  # close() has begun: it cancels every task first
+    release.set()
+    closer.join(DEADLINE_S)
+    assert closed == [(True, True)]  # the run in progress ended before close returned
     assert pool_threads(pool) == []
     assert waiting.cancelled and waiting.runs == 0
     assert running.cancelled and running.runs == 1
@@ -364,7 +453,7 @@ def test_close_ends_threads_and_cancels_every_task(
     pool.trigger(waiting)  # no-op once closed
     pool.resize(4)  # starts no thread once closed
     assert pool_threads(pool) == []
-    assert pool.close(timeout=1.0)  # idempotent
+    assert pool.close(timeout=DEADLINE_S)  # idempotent
 
 
 def test_close_with_a_timeout_reports_a_run_that_does_not_end(
@@ -376,11 +465,11 @@ def test_close_with_a_timeout_reports_a_run_that_does_not_end(
 
     def block() -> None:
         entered.set()
-        release.wait(2.0)
+        release.wait(DEADLINE_S)
 
     pool.schedule_with_fixed_delay(block, 60.0)
-    assert entered.wait(1.0)
-    assert pool.close(timeout=0.05) is False
+    assert entered.wait(DEADLINE_S)
+    assert pool.close(timeout=0.01) is False  # the run cannot end before release
     release.set()
     wait_until(lambda: pool_threads(pool) == [])
 
@@ -393,13 +482,12 @@ def test_close_from_inside_a_task_does_not_wait_for_itself(
     done = threading.Event()
 
     def run() -> None:
-        results.append(pool.close(timeout=1.0))
+        # Waiting for its own thread would sit out the whole timeout and return False.
+        results.append(pool.close(timeout=DEADLINE_S))
         done.set()
 
-    started = time.monotonic()
     pool.schedule_with_fixed_delay(run, 60.0)
-    assert done.wait(2.0)
-    assert time.monotonic() - started < 0.9
+    assert done.wait(DEADLINE_S)
     assert results == [True]
     wait_until(lambda: pool_threads(pool) == [])
 

@@ -12,7 +12,14 @@ task never overlaps itself: the next run is scheduled ``delay`` after the previo
   progress (``stop_partitions`` must not return while a copy still writes for the partition);
 - ``resize`` changes the number of threads (Kafka's pools are resizable by dynamic config);
 - ``idle_percent`` is the share of time the threads were waiting, for
-  ``RemoteLogManagerTasksAvgIdlePercent``.
+  ``RemoteLogManagerTasksAvgIdlePercent``;
+- ``ScheduledTask.next_run_at`` says when a task is due next (Java's ``ScheduledFuture.getDelay``).
+
+Time comes from an injectable ``clock`` (``time.monotonic`` by default, as for the upload
+``TokenBucket``): it decides when a task is due and measures ``idle_percent``, so tests drive both
+with a manual clock (and ``wake_all`` after moving it) instead of sleeping and measuring. The
+timeouts of the calls that wait for threads (``cancel(wait=True)``, ``wait_runs``, ``close``)
+are real time: they bound a wait for a thread, which no manual clock would ever end.
 
 Exceptions escaping a run are logged and the task stays scheduled, as Kafka's ``RLMTask.run``
 swallows them (the task decides what is worth retrying).
@@ -71,6 +78,15 @@ class ScheduledTask:
     def running(self) -> bool:
         return self._running
 
+    @property
+    def next_run_at(self) -> float | None:
+        """When the task is due next, on the pool's clock; None while no run is scheduled (it is
+        running and reschedules itself when it ends, or it is cancelled)."""
+        with self._pool._lock:
+            if self._cancelled:
+                return None
+            return min((at for at, _, task in self._pool._heap if task is self), default=None)
+
     def cancel(self, *, wait: bool = False, timeout: float | None = None) -> bool:
         """Stop future runs. With ``wait``, also wait for a run in progress to end (unless
         called from that run's own thread); returns False if it did not end in ``timeout``."""
@@ -96,14 +112,20 @@ class ScheduledTask:
 
 
 class ScheduledPool:
-    """``threads`` worker threads named ``<name>-<n>`` running ``ScheduledTask`` s."""
+    """``threads`` worker threads named ``<name>-<n>`` running ``ScheduledTask`` s.
 
-    def __init__(self, name: str, threads: int) -> None:
+    ``clock`` gives monotonic seconds (module docstring).
+    """
+
+    def __init__(
+        self, name: str, threads: int, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if threads < 1:
             raise InvalidArgumentError(
                 f"thread pool {name!r} needs at least 1 thread, got {threads}"
             )
         self.name = name
+        self._clock = clock
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, ScheduledTask]] = []
@@ -138,7 +160,7 @@ class ScheduledPool:
         with self._lock:
             if self._closed:
                 raise InvalidArgumentError(f"thread pool {self.name!r} is closed")
-            self._push(time.monotonic() + max(0.0, initial_delay_s), task)
+            self._push(self._clock() + max(0.0, initial_delay_s), task)
         return task
 
     def trigger(self, task: ScheduledTask) -> None:
@@ -149,7 +171,17 @@ class ScheduledPool:
             if task._running:
                 task._triggered = True
                 return
-            self._push(time.monotonic(), task)
+            self._push(self._clock(), task)
+
+    def wake_all(self) -> None:
+        """Make the waiting threads look at the clock again.
+
+        A thread with nothing due waits for as long as the first task is away, measured when
+        it started waiting; a clock that jumps ahead (a test's manual clock) makes tasks due
+        that no thread would run before that wait ends.
+        """
+        with self._lock:
+            self._wakeup.notify_all()
 
     def _push(self, at: float, task: ScheduledTask) -> None:
         # A task may sit in the heap several times (a trigger before its scheduled run); the
@@ -187,12 +219,12 @@ class ScheduledPool:
             target=self._work, name=f"{self.name}-{next(self._ids)}", daemon=True
         )
         self._workers[thread] = None
-        self._since[thread] = time.monotonic()
+        self._since[thread] = self._clock()
         thread.start()
 
     def _account(self, thread: threading.Thread, *, busy: bool) -> None:
         """Add the time ``thread`` spent in its current state to the idle or busy total."""
-        now = time.monotonic()
+        now = self._clock()
         elapsed = now - self._since[thread]
         self._since[thread] = now
         if busy:
@@ -240,13 +272,13 @@ class ScheduledPool:
                     if not task._cancelled and not self._closed:
                         if task._triggered:
                             task._triggered = False
-                            self._push(time.monotonic(), task)
+                            self._push(self._clock(), task)
                         else:
-                            self._push(time.monotonic() + task.delay_s, task)
+                            self._push(self._clock() + task.delay_s, task)
                     task._done.notify_all()
 
     def _next_due(self) -> ScheduledTask | None:
-        now = time.monotonic()
+        now = self._clock()
         while self._heap:
             at, _, task = self._heap[0]
             if task._cancelled:
@@ -267,14 +299,14 @@ class ScheduledPool:
     def _time_to_next(self) -> float:
         if not self._heap:
             return _FOREVER
-        return max(0.0, self._heap[0][0] - time.monotonic())
+        return max(0.0, self._heap[0][0] - self._clock())
 
     # Shutdown ------------------------------------------------------------------------------------
     def close(self, timeout: float | None = 30.0) -> bool:
         """Cancel every task, let runs in progress end, stop the threads. True if all ended.
 
         Called from a task's own run, it waits for the other threads only: that one ends
-        when the run returns."""
+        when the run returns. ``timeout`` is real time, whatever the pool's clock."""
         deadline = None if timeout is None else time.monotonic() + timeout
         me = threading.current_thread()
         with self._lock:
