@@ -107,7 +107,8 @@ dumped. Each FILE has ``kind``, ``path``, ``suffix`` (only for a ``.deleted``, `
 - ``"partition-metadata"``: ``version``, ``topicId``; no array.
 
 **Index verification** (``--verify-index``) makes Kafka's checks (``DumpLogSegments.dumpIndex``
-and ``dumpTimeIndex``) and those Kafka's tool dies on or leaves to the broker's sanity check. Each
+and ``dumpTimeIndex``) and those Kafka's tool dies on or leaves to the broker's sanity check; the
+checks are ``tierlog.log.index_verify``'s, this module only renders their findings. Each
 failed check of an entry is one mismatch; in the text they come after the dump, on stderr, grouped
 by check and index (its absolute path) under Kafka's titles, so a script that reads
 ``kafka-dump-log``'s report reads this one::
@@ -181,21 +182,18 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from tierlog.log.batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
-    HEADER,
-    MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
     ControlRecordType,
     RecordBatch,
     TimestampType,
     UnsupportedRecordFormatError,
-    bad_magic,
-    check_batch_size,
     corrupt,
     crc_mismatch,
     decode_control_record,
     decode_records,
     increment_sequence,
 )
+from tierlog.log.batch_at import header_at, pread_exact
 from tierlog.log.compression import CompressionType
 from tierlog.log.crc import crc32c
 from tierlog.log.files import (
@@ -211,12 +209,18 @@ from tierlog.log.files import (
     TXN_INDEX_FILE_SUFFIX,
     parse_segment_file_name,
 )
+from tierlog.log.index_verify import (
+    Check,
+    IndexMismatch,
+    SegmentReadError,
+    verify_offset_index,
+    verify_time_index,
+)
 from tierlog.log.reader import iter_batches
-from tierlog.log.record import NO_TIMESTAMP, Record
+from tierlog.log.record import Record
 from tierlog.spi import CorruptRecordError, InvalidArgumentError, TierlogError
 
 if TYPE_CHECKING:
-    from tierlog.log.index import OffsetPosition, TimestampOffset
     from tierlog.log.offset_index import OffsetIndex
     from tierlog.log.time_index import TimeIndex
 
@@ -338,23 +342,6 @@ def classify(path: Path) -> Target | None:
 
 
 # --- output ------------------------------------------------------------------------------------
-
-
-class Check(Enum):
-    """A kind of index verification failure; the value is the JSON mismatch's ``check``.
-
-    The first four are Kafka's (``DumpLogSegments`` collects them under these titles); the others
-    are failures Kafka's tool does not look for, or dies on with an exception, reported in the
-    same style.
-    """
-
-    LOG_OFFSET = "log-offset"
-    TIMESTAMP = "timestamp"
-    TIMESTAMP_ORDER = "timestamp-order"
-    OFFSET_NOT_FOUND = "offset-not-found"
-    OFFSET_ORDER = "offset-order"
-    POSITION_ORDER = "position-order"
-    BELOW_BASE_OFFSET = "below-base-offset"
 
 
 _CHECK_TITLES: Final = {
@@ -536,17 +523,6 @@ def _problem_from(printer: Printer, exc: BaseException, path: Path) -> None:
 # --- segments ----------------------------------------------------------------------------------
 
 
-def _pread_exact(fd: int, size: int, position: int, path: Path) -> bytes:
-    data = os.pread(fd, size, position)
-    if len(data) != size:
-        raise corrupt(
-            f"file ends early: {len(data)} of the {size} bytes expected could be read",
-            position + len(data),
-            str(path),
-        )
-    return data
-
-
 def _batch_crc(fd: int, position: int, header: RecordBatch) -> int:
     """CRC-32C of a batch's bytes 21 to its end, read in chunks (a batch may be large)."""
     at = position + ATTRIBUTES_OFFSET
@@ -584,7 +560,7 @@ def scan_segment(
         if at is None:
             raise error
         try:
-            framed = _header_at(fd, at, file_size, path)
+            framed = header_at(fd, at, file_size, path)
         except TierlogError:
             raise error from None
         computed = _batch_crc(fd, at, framed)
@@ -761,7 +737,7 @@ def _dump_batch(
         problems.append((str(crc_mismatch(header.crc, bad_crc, position, str(path))), position))
     if deep:
         try:
-            block = _pread_exact(
+            block = pread_exact(
                 fd,
                 header.size_in_bytes - RECORD_BATCH_OVERHEAD,
                 position + RECORD_BATCH_OVERHEAD,
@@ -892,349 +868,68 @@ def _sanity(printer: Printer, target: Target, check: Callable[[], None]) -> None
         printer.line(f"{target.path} passed sanity check.")
 
 
-def _frame_at(fd: int, position: int, path: Path) -> RecordBatch:
-    """The v2 header at ``position`` of a segment: magic 2 and a possible ``Length``.
-
-    Whether the batch fits in the segment is the caller's question (``_header_at``).
-    """
-    data = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
-    if len(data) < 17:
-        raise corrupt(f"only {len(data)} bytes remain, no batch header", position, str(path))
-    if data[16] != MAGIC_V2:
-        raise bad_magic(data[16] if data[16] < 128 else data[16] - 256, position, str(path))
-    if len(data) < RECORD_BATCH_OVERHEAD:
-        raise corrupt(f"only {len(data)} bytes remain, no batch header", position, str(path))
-    header = RecordBatch._make(HEADER.unpack_from(data))
-    check_batch_size(header.length, 1 << 62, position, str(path))  # the minimum length only
-    return header
-
-
-def _header_at(fd: int, position: int, file_size: int, path: Path) -> RecordBatch:
-    """The v2 header at ``position`` of a segment, checked to frame a batch inside the file."""
-    header = _frame_at(fd, position, path)
-    check_batch_size(header.length, file_size - position, position, str(path))
-    return header
-
-
-@dataclass(frozen=True, slots=True)
-class _Found:
-    """One failed check of one index entry.
-
-    ``message`` is the JSON mismatch's (full sentence); ``line`` is the text's, in Kafka's words
-    under its ``Check``'s title; ``log_offset``/``log_timestamp`` are what the segment holds there.
-    """
-
-    check: Check
-    message: str
-    line: str
-    log_offset: int | None = None
-    log_timestamp: int | None = None
-
-
-def _below_base(offset: int, base: int) -> list[_Found]:
-    """The first check of an offset or time index entry: its offset is not below the base."""
-    if offset >= base:
-        return []
-    return [
-        _Found(
-            Check.BELOW_BASE_OFFSET,
-            f"offset {offset} is below the base offset {base}",
-            f"  Index offset: {offset}, base offset: {base}",
+def _mismatch_line(m: IndexMismatch) -> str:
+    """A mismatch in Kafka's words, the line under its ``Check``'s title (``DumpLogSegments``)."""
+    kind, offset = m.kind, m.offset
+    if kind is Check.BELOW_BASE_OFFSET:
+        return f"  Index offset: {offset}, base offset: {m.compared_with}"
+    if kind is Check.OFFSET_ORDER:
+        return f"  Index offset: {offset}, Previously indexed offset: {m.compared_with}"
+    if kind is Check.POSITION_ORDER:
+        return (
+            f"  Index offset: {offset}, position: {m.segment_position}, Previously indexed "
+            f"position: {m.compared_with}"
         )
-    ]
-
-
-def _offset_entry_checks(
-    entry: OffsetPosition,
-    prev: OffsetPosition | None,
-    *,
-    base: int,
-    fd: int,
-    file_size: int,
-    log_path: Path,
-) -> list[_Found]:
-    """What is wrong with one offset index entry, given the previous one and the segment."""
-    offset, position = entry
-    found = _below_base(offset, base)
-    if prev is not None and offset <= prev.offset:
-        found.append(
-            _Found(
-                Check.OFFSET_ORDER,
-                f"offset {offset} is not above the previous entry's {prev.offset}",
-                f"  Index offset: {offset}, Previously indexed offset: {prev.offset}",
-            )
-        )
-    if prev is not None and position <= prev.position:
-        found.append(
-            _Found(
-                Check.POSITION_ORDER,
-                f"position {position} is not above the previous entry's {prev.position}",
-                f"  Index offset: {offset}, position: {position}, Previously indexed position: "
-                f"{prev.position}",
-            )
-        )
-    reason: str | None = None
-    if position < 0:
-        reason = f"position {position} is negative"
-    elif position >= file_size:
-        reason = f"position {position} is past the end of the {file_size}-byte segment"
-    else:
-        try:
-            header = _frame_at(fd, position, log_path)
-        except UnsupportedRecordFormatError as exc:
-            reason = (
-                f"no record batch at position {position}: its magic byte is {exc.magic}, not 2 "
-                "(inside a batch, or a legacy message set, which tierlog does not read)"
-            )
-        except TierlogError as exc:
-            reason = f"no record batch at position {position}: {exc}"
-        else:
-            if header.size_in_bytes > file_size - position:
-                reason = (
-                    f"the batch at position {position} overflows the segment: it is "
-                    f"{header.size_in_bytes} bytes, {file_size - position} remain"
-                )
-            elif header.last_offset != offset:
-                found.append(
-                    _Found(
-                        Check.LOG_OFFSET,
-                        f"index offset {offset}, log offset {header.last_offset}: the batch at "
-                        f"position {position} of {log_path} ends at offset {header.last_offset}",
-                        f"  Index offset: {offset}, log offset: {header.last_offset}",
-                        header.last_offset,
-                    )
-                )
-    if reason is not None:
-        found.append(
-            _Found(
-                Check.LOG_OFFSET,
-                f"{reason} (segment {log_path})",
-                f"  Index offset: {offset}, log offset: -1 ({reason})",
-            )
-        )
-    return found
+    if kind is Check.TIMESTAMP_ORDER:
+        return f"  Index timestamp: {m.timestamp}, Previously indexed timestamp: {m.compared_with}"
+    if kind is Check.TIMESTAMP:
+        return f"  Index timestamp: {m.timestamp}, log timestamp: {m.log_timestamp}"
+    log_offset = -1 if m.log_offset is None else m.log_offset
+    reason = f" ({m.reason})" if m.reason is not None else ""
+    if kind is Check.OFFSET_NOT_FOUND:
+        return f"Indexed offset: {offset}, found log offset: {log_offset}{reason}"
+    return f"  Index offset: {offset}, log offset: {log_offset}{reason}"
 
 
 def _verify_offset_index(printer: Printer, index: OffsetIndex, log_path: Path) -> None:
-    """Check each entry's order, and that its position starts the batch ending at its offset.
-
-    The batch is framed at the entry's position (a header, magic 2, a length that fits in the
-    segment), so an entry past the segment's end, inside a batch or on a batch that overflows
-    the segment is a mismatch with log offset -1, where Kafka's tool dies with an exception.
-    """
-    checked = 0
-    with open(log_path, "rb", buffering=0) as f:
-        fd = f.fileno()
-        file_size = os.fstat(fd).st_size
-        prev: OffsetPosition | None = None
-        for n, entry in enumerate(index):
-            checked += 1
-            for found in _offset_entry_checks(
-                entry,
-                prev,
-                base=index.base_offset,
-                fd=fd,
-                file_size=file_size,
-                log_path=log_path,
-            ):
-                printer.mismatch(
-                    found.check,
-                    {
-                        "entry": n,
-                        "offset": entry.offset,
-                        "position": entry.position,
-                        "logOffset": found.log_offset,
-                        "message": found.message,
-                    },
-                    found.line,
-                )
-            prev = entry
-    printer.summary(segment=str(log_path), entriesChecked=checked)
-    printer.line(f"Verified {checked} entries against {log_path}")
-
-
-class _BatchCursor:
-    """Walks a segment's batch headers forward to the first batch ending at or after an offset.
-
-    Time index entries come in offset order, so one pass over the segment serves them all; an
-    entry whose offset goes backwards (a corrupt index) restarts the walk from the start. Where
-    the segment stops being readable (a torn or overflowing batch, garbage), the walk ends and
-    ``error`` says why, as Kafka's batch iterator ends there.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._batches: Iterator[tuple[int, RecordBatch]] | None = None
-        self._current: tuple[int, RecordBatch] | None = None
-        self._target = -1
-        self.error: TierlogError | None = None
-
-    def first_ending_at_or_after(self, offset: int) -> tuple[int, RecordBatch] | None:
-        """``(position, header)`` of that batch, or ``None`` (then see ``error``)."""
-        if self._batches is None or offset < self._target:
-            self.close()
-            self.error = None
-            self._batches = iter_batches(self._path, verify_crc=False)
-            self._current = self._next()
-        self._target = offset
-        while self._current is not None and self._current[1].last_offset < offset:
-            self._current = self._next()
-        return self._current
-
-    def _next(self) -> tuple[int, RecordBatch] | None:
-        assert self._batches is not None
-        try:
-            return next(self._batches, None)
-        except TierlogError as exc:
-            self.error = exc
-            return None
-
-    def close(self) -> None:
-        if self._batches is not None:
-            close = getattr(self._batches, "close", None)
-            if close is not None:
-                close()
-            self._batches = None
-
-
-def _records_max_timestamp(fd: int, position: int, header: RecordBatch, path: Path) -> int:
-    """The largest timestamp among a batch's records, as Kafka's tool computes it (deep)."""
-    block = _pread_exact(
-        fd, header.size_in_bytes - RECORD_BATCH_OVERHEAD, position + RECORD_BATCH_OVERHEAD, path
-    )
-    records = decode_records(header, block, path=str(path), position=position)
-    return max((r.timestamp for r in records), default=NO_TIMESTAMP)
-
-
-def _time_entry_checks(
-    n: int, entry: TimestampOffset, prev: TimestampOffset | None, base: int
-) -> list[_Found]:
-    """What is wrong with one time index entry's order, given the previous entry.
-
-    Before the first entry the previous timestamp is -1 (``NO_TIMESTAMP``), as in Kafka: an
-    index never holds an entry at or below it.
-    """
-    timestamp, offset = entry
-    found = _below_base(offset, base)
-    if prev is not None and offset < prev.offset:
-        found.append(
-            _Found(
-                Check.OFFSET_ORDER,
-                f"offset {offset} is below the previous entry's offset {prev.offset}",
-                f"  Index offset: {offset}, Previously indexed offset: {prev.offset}",
-            )
+    """Render ``index_verify.verify_offset_index``'s mismatches, then what was checked."""
+    for m in verify_offset_index(index, log_path):
+        printer.mismatch(
+            m.kind,
+            {
+                "entry": m.entry,
+                "offset": m.offset,
+                "position": m.segment_position,
+                "logOffset": m.log_offset,
+                "message": m.message,
+            },
+            _mismatch_line(m),
         )
-    prev_timestamp = NO_TIMESTAMP if prev is None else prev.timestamp
-    if timestamp <= prev_timestamp:
-        previous = (
-            f"the previous entry's timestamp {prev_timestamp}"
-            if n
-            else f"{NO_TIMESTAMP}, the timestamp of no record (every entry's is above it)"
-        )
-        found.append(
-            _Found(
-                Check.TIMESTAMP_ORDER,
-                f"timestamp {timestamp} is not above {previous}",
-                f"  Index timestamp: {timestamp}, Previously indexed timestamp: {prev_timestamp}",
-            )
-        )
-    return found
-
-
-def _time_entry_batch_check(
-    printer: Printer,
-    entry: TimestampOffset,
-    cursor: _BatchCursor,
-    fd: int,
-    log_path: Path,
-    *,
-    deep: bool,
-) -> _Found | None:
-    """What is wrong between a time index entry and its segment: Kafka's two checks.
-
-    The first batch whose last offset is >= the entry's must end exactly at it, and its max
-    timestamp (with ``deep``, its records' largest timestamp, as Kafka's tool computes it) must
-    be the entry's. Records that cannot be decoded are reported as the segment's problem.
-    """
-    timestamp, offset = entry
-    located = cursor.first_ending_at_or_after(offset)
-    if located is None:
-        if cursor.error is None:
-            return _Found(
-                Check.OFFSET_NOT_FOUND,
-                f"offset {offset} is not in {log_path}: no batch ends at or after it",
-                f"Indexed offset: {offset}, found log offset: -1",
-            )
-        at = getattr(cursor.error, "position", None)
-        return _Found(
-            Check.OFFSET_NOT_FOUND,
-            f"offset {offset} was not found: {log_path} cannot be read past a corrupt batch: "
-            f"{cursor.error}",
-            f"Indexed offset: {offset}, found log offset: -1 (the segment is unreadable from "
-            f"position {at})",
-        )
-    position, batch = located
-    if batch.last_offset != offset:
-        return _Found(
-            Check.OFFSET_NOT_FOUND,
-            f"indexed offset {offset}, found log offset {batch.last_offset}: no batch of "
-            f"{log_path} ends at offset {offset}",
-            f"Indexed offset: {offset}, found log offset: {batch.last_offset}",
-            batch.last_offset,
-            batch.max_timestamp,
-        )
-    log_timestamp = batch.max_timestamp
-    what = "has max timestamp"
-    if deep:
-        try:
-            log_timestamp = _records_max_timestamp(fd, position, batch, log_path)
-        except TierlogError as exc:
-            _problem_from(printer, exc, log_path)
-            return None
-        what = "holds records up to timestamp"
-    if log_timestamp == timestamp:
-        return None
-    return _Found(
-        Check.TIMESTAMP,
-        f"index timestamp {timestamp}, log timestamp {log_timestamp}: the batch of {log_path} "
-        f"ending at offset {offset} {what} {log_timestamp}",
-        f"  Index timestamp: {timestamp}, log timestamp: {log_timestamp}",
-        batch.last_offset,
-        log_timestamp,
-    )
+    _verified(printer, index.entries, log_path)
 
 
 def _verify_time_index(printer: Printer, index: TimeIndex, log_path: Path, *, deep: bool) -> None:
-    """Check each entry's order, that its offset ends a batch, and that batch's max timestamp."""
-    checked = 0
-    cursor = _BatchCursor(log_path)
-    prev: TimestampOffset | None = None
-    with open(log_path, "rb", buffering=0) as f:
-        try:
-            for n, entry in enumerate(index):
-                checked += 1
-                found = _time_entry_checks(n, entry, prev, index.base_offset)
-                in_log = _time_entry_batch_check(
-                    printer, entry, cursor, f.fileno(), log_path, deep=deep
-                )
-                if in_log is not None:
-                    found.append(in_log)
-                for item in found:
-                    printer.mismatch(
-                        item.check,
-                        {
-                            "entry": n,
-                            "timestamp": entry.timestamp,
-                            "offset": entry.offset,
-                            "logOffset": item.log_offset,
-                            "logTimestamp": item.log_timestamp,
-                            "message": item.message,
-                        },
-                        item.line,
-                    )
-                prev = entry
-        finally:
-            cursor.close()
+    """Render ``index_verify.verify_time_index``'s findings, then what was checked."""
+    for found in verify_time_index(index, log_path, deep=deep):
+        if isinstance(found, SegmentReadError):
+            printer.problem(found.message, found.position)
+            continue
+        printer.mismatch(
+            found.kind,
+            {
+                "entry": found.entry,
+                "timestamp": found.timestamp,
+                "offset": found.offset,
+                "logOffset": found.log_offset,
+                "logTimestamp": found.log_timestamp,
+                "message": found.message,
+            },
+            _mismatch_line(found),
+        )
+    _verified(printer, index.entries, log_path)
+
+
+def _verified(printer: Printer, checked: int, log_path: Path) -> None:
     printer.summary(segment=str(log_path), entriesChecked=checked)
     printer.line(f"Verified {checked} entries against {log_path}")
 
