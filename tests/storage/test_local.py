@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream
+from tierlog.properties import ConfigValueError
 from tierlog.spi import (
     ConfigError,
     IllegalStateError,
@@ -442,6 +443,39 @@ def test_missing_dir_is_a_config_error_naming_the_key(config: dict[str, str]) ->
 def test_malformed_values_name_the_key(store_dir: Path, key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(key)):
         LocalTieredStorage().configure({"dir": str(store_dir), key: value})
+
+
+@pytest.mark.parametrize(
+    ("config", "removed_on_close", "deletes"),
+    [
+        ({}, False, True),  # the defaults
+        ({"delete.on.close": " TRUE ", "delete.enable": "False"}, True, False),
+        ({"delete.on.close": "false", "delete.enable": "true"}, False, True),
+    ],
+)
+def test_boolean_settings_are_kafka_booleans_with_defaults(
+    store_dir: Path,
+    segments: SegmentFactory,
+    config: dict[str, str],
+    removed_on_close: bool,
+    deletes: bool,
+) -> None:
+    """``true``/``false`` in any case, blanks around ignored (Kafka's BOOLEAN); an absent key
+    is its default: keep the directory on close, really delete."""
+    rsm = LocalTieredStorage()
+    rsm.configure({"dir": str(store_dir), **config})
+    rsm.copy_log_segment_data(metadata_for(), segments.create().data)
+    rsm.delete_log_segment_data(metadata_for())
+    stored = rsm.segment_paths(metadata_for())[".log"].exists()
+    rsm.close()
+    assert stored is not deletes
+    assert (store_dir / ROOT_STORAGE_DIR_NAME).exists() is not removed_on_close
+
+
+def test_a_malformed_boolean_is_refused_in_kafkas_words(store_dir: Path) -> None:
+    with pytest.raises(ConfigValueError, match="Expected value to be either true or false") as err:
+        LocalTieredStorage().configure({"dir": str(store_dir), "delete.enable": "yes"})
+    assert (err.value.key, err.value.value) == ("delete.enable", "yes")
 
 
 def test_unknown_keys_are_reported_not_fatal(

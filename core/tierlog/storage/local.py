@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final, NoReturn
 
 from tierlog._durable import fsync_directory
+from tierlog.properties import parse_bool
 from tierlog.spi import (
     ConfigError,
     CustomMetadata,
@@ -125,18 +126,6 @@ KNOWN_CONFIGS: Final = frozenset(
         LOG_DIR_CONFIG,
     }
 )
-
-
-def _parse_bool(configs: Mapping[str, str], key: str, default: bool) -> bool:
-    """Kafka reads these with ``Boolean.parseBoolean`` (anything but "true" is false); tierlog
-    refuses anything but true/false so that a typo does not silently flip a safety switch."""
-    raw = configs.get(key)
-    if raw is None:
-        return default
-    value = str(raw).strip().lower()
-    if value in {"true", "false"}:
-        return value == "true"
-    raise ConfigError(f"{key} must be true or false, got {raw!r}")
 
 
 def _parse_int(configs: Mapping[str, str], key: str) -> int | None:
@@ -250,7 +239,6 @@ class LocalTieredStorage(RemoteStorageManager):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._base_dir: Path | None = None
         self._root: Path | None = None
         self._real_root: str = ""
         self._name_max = _DEFAULT_NAME_MAX
@@ -292,8 +280,16 @@ class LocalTieredStorage(RemoteStorageManager):
                 )
             if "\x00" in str(raw_dir):
                 raise ConfigError(f"{DIR_CONFIG} contains a NUL character: {raw_dir!r}")
-            delete_on_close = _parse_bool(configs, DELETE_ON_CLOSE_CONFIG, False)
-            delete_enabled = _parse_bool(configs, DELETE_ENABLE_CONFIG, True)
+            # Kafka's LocalTieredStorage reads these with Boolean.parseBoolean (anything but
+            # "true" is false); parse_bool refuses anything but true/false, so that a typo does
+            # not silently flip a safety switch. An absent key takes the default (a bool, which
+            # parse_bool returns as it is).
+            delete_on_close = parse_bool(
+                DELETE_ON_CLOSE_CONFIG, configs.get(DELETE_ON_CLOSE_CONFIG, False)
+            )
+            delete_enabled = parse_bool(
+                DELETE_ENABLE_CONFIG, configs.get(DELETE_ENABLE_CONFIG, True)
+            )
             node_id = _parse_int(configs, NODE_ID_CONFIG)
             broker_id = _parse_int(configs, BROKER_ID_CONFIG)
             if node_id is None and broker_id is not None:
@@ -324,7 +320,6 @@ class LocalTieredStorage(RemoteStorageManager):
                     f"cannot create the storage directory {root}: {exc}"
                 ) from exc
 
-            self._base_dir = base_dir
             self._root = root
             self._real_root = real_root
             self._name_max = _name_max(root)
