@@ -2,19 +2,18 @@
 
 A ``LocalLog`` (``index.interval.bytes`` 4096, remote storage enabled, no retention) filled with
 ``append_as_leader`` from a pool of producer batches (``log_format.make_batches``) under one
-leader epoch, then rolled, so every byte is in a sealed segment; and the
-``RemoteLogSegmentMetadata`` of copying one of those segments under a new segment id.
+leader epoch, then rolled, so every byte is in a sealed segment (the progress shown by
+``tierlog.progress``); and the ``RemoteLogSegmentMetadata`` of copying one of those segments
+under a new segment id.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from log_format import MIB
-
 from tierlog.log.local_log import LocalLog, SegmentCopyInputs
+from tierlog.progress import Progress
 from tierlog.spi import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -25,7 +24,6 @@ from tierlog.spi import (
 
 NOW_MS = 1_700_000_100_000  # just after the generated records' timestamps
 LEADER_EPOCH = 3
-PROGRESS_EVERY = 256 * MIB
 
 
 def build_log(
@@ -35,11 +33,11 @@ def build_log(
     segment_bytes: int,
     *,
     topic_id: Uuid,
-    progress: Callable[[str], None] | None = None,
+    description: str = "build the log",
 ) -> tuple[LocalLog, float]:
     """A tiered partition holding ``size`` bytes of the pool (cycled), all in sealed segments
-    of ``segment_bytes``, and the seconds the appends took. ``progress`` is told every
-    ``PROGRESS_EVERY`` bytes."""
+    of ``segment_bytes``, and the seconds the appends took. The progress, under
+    ``description``, is updated every 1 % only: the appends are timed."""
     config: dict[str, object] = {
         "segment.bytes": segment_bytes,
         "index.interval.bytes": 4096,
@@ -57,18 +55,19 @@ def build_log(
     local.assign_epoch_start_offset(LEADER_EPOCH, 0)
     written = 0
     i = 0
-    next_report = PROGRESS_EVERY
-    t0 = time.perf_counter()
-    while written < size:
-        data = pool[i % len(pool)]
-        local.append_as_leader(data, LEADER_EPOCH)
-        written += len(data)
-        i += 1
-        if progress is not None and written >= next_report:
-            progress(f"    {written / MIB:,.0f} / {size / MIB:,.0f} MiB")
-            next_report += PROGRESS_EVERY
-    local.roll()
-    return local, time.perf_counter() - t0
+    step = next_report = max(size // 100, 1)
+    with Progress(description, total=size, unit="bytes") as progress:
+        t0 = time.perf_counter()
+        while written < size:
+            data = pool[i % len(pool)]
+            local.append_as_leader(data, LEADER_EPOCH)
+            written += len(data)
+            i += 1
+            if written >= next_report:
+                progress.update(written)
+                next_report += step
+        local.roll()
+        return local, time.perf_counter() - t0
 
 
 def copy_metadata(inputs: SegmentCopyInputs, tp: TopicIdPartition) -> RemoteLogSegmentMetadata:

@@ -46,6 +46,7 @@ from log_format import MIB, make_batches  # the same generated records as the fo
 from tierlog.log.compression import CompressionType
 from tierlog.log.crc import HARDWARE_ACCELERATED
 from tierlog.log.local_log import LocalLog
+from tierlog.progress import Progress
 
 NOW_MS = 1_700_000_100_000  # just after the generated records' timestamps
 
@@ -88,21 +89,20 @@ def log_append(
     config = {"segment.bytes": segment_bytes, "index.interval.bytes": 4096}
     local = LocalLog.open(directory, config, clock=lambda: NOW_MS, flush_on_roll=flush_on_roll)
     written = batches = 0
-    i = 0
-    next_report = 256 * MIB
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    while written < size:
-        data = pool[i % len(pool)]
-        local.append_as_leader(data, 3)
-        written += len(data)
-        batches += 1
-        i += 1
-        if written >= next_report:
-            log(f"    {written / MIB:,.0f} / {size / MIB:,.0f} MiB")
-            next_report += 256 * MIB
-    elapsed = time.perf_counter() - t0
-    cpu = time.process_time() - c0
+    step = next_report = max(size // 100, 1)  # the progress is updated every 1 % only
+    with Progress("append", total=size, unit="bytes") as progress:
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        while written < size:
+            data = pool[batches % len(pool)]
+            local.append_as_leader(data, 3)
+            written += len(data)
+            batches += 1
+            if written >= next_report:
+                progress.update(written)
+                next_report += step
+        elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - c0
     segments = local.segments
     out = {
         "seconds": elapsed,

@@ -57,6 +57,7 @@ from tierlog.log.compression import CompressionType
 from tierlog.log.crc import HARDWARE_ACCELERATED
 from tierlog.log.reader import iter_batches, iter_batches_with_records
 from tierlog.log.record import Record
+from tierlog.progress import Progress
 
 MIB = 1 << 20
 GOAL_SHALLOW_RATIO = 0.5
@@ -118,11 +119,9 @@ def write_segment(path: Path, pool: list[bytes], size: int) -> tuple[int, int, f
     offset = 0
     batches = 0
     elapsed = 0.0
-    next_report = 64 * MIB
-    with open(path, "wb", buffering=0) as f:
-        i = 0
+    with open(path, "wb", buffering=0) as f, Progress("append", size, unit="bytes") as progress:
         while written < size:
-            buf = bytearray(pool[i % len(pool)])
+            buf = bytearray(pool[batches % len(pool)])
             t0 = time.perf_counter()
             set_base_offset(buf, offset)
             set_partition_leader_epoch(buf, 3)
@@ -131,10 +130,7 @@ def write_segment(path: Path, pool: list[bytes], size: int) -> tuple[int, int, f
             offset += int.from_bytes(buf[57:61], "big")
             written += len(buf)
             batches += 1
-            i += 1
-            if written >= next_report:
-                log(f"  wrote {written / MIB:,.0f} / {size / MIB:,.0f} MiB")
-                next_report += 64 * MIB
+            progress.update(written)  # outside the timed region
         t0 = time.perf_counter()
         os.fsync(f.fileno())
         elapsed += time.perf_counter() - t0

@@ -48,6 +48,7 @@ from typing import Any
 from _report import parse_args, pyplot, save_chart, verdict, write_results
 
 from tierlog.metadata.cache import RemoteLogMetadataCache
+from tierlog.progress import Progress
 from tierlog.spi import (
     CustomMetadata,
     RemoteLogSegmentId,
@@ -82,14 +83,14 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def progress(label: str, done: int, total: int, started: float) -> None:
-    rate = done / max(time.perf_counter() - started, 1e-9)
-    print(
-        f"\r  {label}: {done:>10,}/{total:,} ({100 * done // total:3d}%) {rate:,.0f}/s",
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )
+PROGRESS_FILES = ("*/rich/*", "*/tierlog/progress.py")
+"""Where the progress display allocates: left out of the traced bytes (rich keeps caches)."""
+
+
+def traced_bytes() -> int:
+    """Bytes of the live traced allocations, but the progress display's and tracemalloc's."""
+    excluded = [tracemalloc.Filter(False, p) for p in (*PROGRESS_FILES, tracemalloc.__file__)]
+    return sum(trace.size for trace in tracemalloc.take_snapshot().filter_traces(excluded).traces)
 
 
 class Workload:
@@ -111,13 +112,17 @@ class Workload:
         return RemoteLogSegmentId(self.tip, Uuid(splitmix64(key), splitmix64(key + 1)))
 
     def fill(self, cache: RemoteLogMetadataCache, label: str) -> None:
+        """Play the whole sequence into ``cache``, its progress shown under ``label``."""
+        with Progress(label, total=self.total, unit="segments") as progress:
+            self._fill(cache, progress)
+
+    def _fill(self, cache: RemoteLogMetadataCache, progress: Progress) -> None:
         rnd = random.Random(self.seed)
         epoch = 0
         lineage = [(0, 0)]
         oldest = 0
         in_flight = max(1, self.total // 1000)
         deleting = max(1, self.live // 200)
-        started = time.perf_counter()
         step = max(1, self.total // 100)
         for i in range(self.total):
             start = i * RECORDS_PER_SEGMENT
@@ -163,15 +168,14 @@ class Workload:
                     )
                 oldest += 1
             if i % step == 0:
-                progress(label, i, self.total, started)
+                progress.update(i)
         for n in range(oldest, oldest + deleting):
             cache.update_remote_log_segment_metadata(
                 RemoteLogSegmentMetadataUpdate(
                     self.segment_id(n), 1_800_000_000_000, None, S.DELETE_SEGMENT_STARTED, 1
                 )
             )
-        progress(label, self.total, self.total, started)
-        print(file=sys.stderr)
+        progress.update(self.total)
         self.lineage = lineage
         self.first_readable = (oldest + deleting) * RECORDS_PER_SEGMENT
         self.last_readable = (self.total - in_flight) * RECORDS_PER_SEGMENT - 1
@@ -273,17 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     lookup = cache.remote_log_segment_metadata
     latencies: list[float] = []
     clock = time.perf_counter_ns
-    started = time.perf_counter()
-    for n, (epoch, offset) in enumerate(queries):
+    # No progress display here: a bar redrawn by a thread would land inside timed lookups.
+    print(f"  {len(queries):,} lookups ...", file=sys.stderr, flush=True)
+    for epoch, offset in queries:
         t = clock()
         found = lookup(epoch, offset)
         latencies.append((clock() - t) / 1000)
         if found is None or not found.start_offset <= offset <= found.end_offset:
             raise SystemExit(f"lookup({epoch}, {offset}) returned {found}")
-        if n % 10_000 == 0:
-            progress("lookups", n, len(queries), started)
-    progress("lookups", len(queries), len(queries), started)
-    print(file=sys.stderr)
     latencies.sort()
 
     # 3. remote_log_size against the KIP-852 scan.
@@ -312,12 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         traced_work = Workload(traced_segments, args.epoch_change_every, args.seed)
         tracemalloc.start()
-        base = tracemalloc.get_traced_memory()[0]
+        base = traced_bytes()
         traced = RemoteLogMetadataCache(traced_work.tip)
         traced.mark_initialized()
         traced_work.fill(traced, "traced fill")
         gc.collect()
-        traced_per_segment = (tracemalloc.get_traced_memory()[0] - base) / traced.segment_count()
+        traced_per_segment = (traced_bytes() - base) / traced.segment_count()
         tracemalloc.stop()
         del traced
 

@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         log(f"building the log: {args.size_mib:,} MiB in {args.segment_mib} MiB segments ...")
         local, build_s = build_log(
-            workdir / "logs" / "bench-0", pool, size, segment_bytes, topic_id=TOPIC_ID, progress=log
+            workdir / "logs" / "bench-0", pool, size, segment_bytes, topic_id=TOPIC_ID
         )
         del pool
         sealed = local.sealed_segments()

@@ -170,7 +170,14 @@ def build_segment(
     directory: Path, pool: list[bytes], size: int
 ) -> tuple[LocalLog, RemoteLogSegmentMetadata, LogSegmentData]:
     """A log with one sealed segment of about ``size`` bytes, and what copying it takes."""
-    local, _ = build_log(directory, pool, size, size + 2 * MIB, topic_id=TOPIC_ID)
+    local, _ = build_log(
+        directory,
+        pool,
+        size,
+        size + 2 * MIB,
+        topic_id=TOPIC_ID,
+        description=f"build a {size / MIB:g} MiB segment",
+    )
     (segment,) = local.sealed_segments()
     inputs = local.segment_copy_inputs(segment)
     tp = local.topic_partition
@@ -805,7 +812,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         segments: dict[int, tuple[RemoteLogSegmentMetadata, LogSegmentData]] = {}
         for mib in sorted({args.size_mib, *memory_mib}):
-            log(f"building a {mib} MiB segment ...")
             local, meta, data = build_segment(workdir / "logs" / f"bench{mib}-0", pool, mib * MIB)
             logs.append(local)
             segments[mib] = (meta, data)

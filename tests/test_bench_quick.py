@@ -75,6 +75,8 @@ def check_run(name: str, out: Path) -> dict[str, Any]:
     done = run_quick(name, out)
     assert done.returncode == 0, f"{name}.py --quick failed:\n{done.stdout}\n{done.stderr}"
     assert "quick mode: figures are not meaningful" in done.stdout
+    # Progress goes through tierlog.progress: plain lines off a terminal, no carriage returns.
+    assert "\r" not in done.stderr
     results = json.loads((out / f"{name}.json").read_text())
     assert results["quick"] is True
     check_keys(results, EXPECTED[name])
