@@ -1,8 +1,8 @@
-"""``tierlog conformance``: the plugin named is checked once, before pytest.
+"""``tierlog conformance``: the plugin and its configuration are checked once, before pytest.
 
-A wrong plugin name, or a plugin of the other kind, ends the command with one message and exit
-code 2 instead of the same error in every test. The runs that need pytest go through a
-subprocess, as a user runs the command.
+A wrong plugin name, a plugin of the other kind, or a configuration the plugin refuses ends the
+command with one message and exit code 2 instead of the same error in every test. The runs that
+need pytest go through a subprocess, as a user runs the command.
 """
 
 from __future__ import annotations
@@ -17,6 +17,15 @@ import pytest
 from tierlog.cli import main
 from tierlog.conformance._base import resolve_plugin_class
 from tierlog.spi import PluginError
+
+RECORDING_RSM = """
+from tierlog.storage.local import LocalTieredStorage
+
+
+class BuggyConfigure(LocalTieredStorage):
+    def configure(self, configs):
+        raise KeyError("dir")
+"""
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -45,6 +54,59 @@ def _one_error_line(err: str) -> str:
     assert len(lines) == 1, err
     assert lines[0].startswith("tierlog: error: ") and "Traceback" not in err
     return lines[0]
+
+
+# A configuration the plugin refuses ---------------------------------------------------------
+def test_a_refused_configuration_is_one_message_before_any_test(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The plugin's own ConfigError text, once; pytest never starts (nothing on stdout)."""
+    code, out, err = run_cli(
+        capsys,
+        "conformance",
+        "--rsm",
+        "local",
+        "--config",
+        f"dir={tmp_path}",
+        "--config",
+        "delete.enable=maybe",
+    )
+    assert (code, out) == (2, "")
+    line = _one_error_line(err)
+    assert line.startswith("tierlog: error: rsm 'local' refused its configuration: ")
+    assert "delete.enable" in line and "maybe" in line, "the plugin's text names key and value"
+
+
+def test_a_refused_value_of_a_key_the_plugin_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "conformance", "--rsm", "local", "--config", "dir=")
+    assert (code, out) == (2, "")
+    assert _one_error_line(err).startswith(
+        "tierlog: error: rsm 'local' refused its configuration: dir is required"
+    )
+
+
+def test_an_rlmm_configuration_is_checked_too(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    code, _, err = run_cli(
+        capsys, "conformance", "--rlmm", "embedded", "--config", f"dir={not_a_directory}"
+    )
+    assert code == 2
+    assert "rlmm 'embedded' refused its configuration: " in err.splitlines()[-1]
+
+
+def test_a_configure_that_crashes_is_one_message_too(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin bug (not a ConfigError) is still one line, naming the exception."""
+    (tmp_path / "recording_rsm.py").write_text(RECORDING_RSM)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "conformance", "--rsm", "recording_rsm:BuggyConfigure")
+    assert code == 2 and out == ""
+    line = _one_error_line(err)
+    assert "failed to configure: KeyError: 'dir'" in line and "ConfigError" in line
 
 
 # A plugin of the other kind -------------------------------------------------------------------

@@ -3,18 +3,28 @@
 The suite is ordinary pytest; this command only points pytest at the suite module inside the
 package (``tierlog/conformance/_selected.py``) with the plugin chosen by name. Arguments after
 ``--`` go to pytest unchanged (``-x``, ``-k name``, ``-q``...).
+
+Before pytest starts, the command builds and configures the plugin once with the configuration
+the tests will use (``--config``, else the plugin's ``conformance_config()``): a wrong key
+or value then ends the run with the plugin's one ``ConfigError`` message instead of the same
+error in every one of some sixty tests.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import sys
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tierlog.spi import ConfigError, PluginError
+from tierlog.spi import ConfigError, PluginError, TierlogError
+
+_LOG = logging.getLogger(__name__)
 
 
 def add_parser(commands: Any) -> None:
@@ -22,7 +32,8 @@ def add_parser(commands: Any) -> None:
         "conformance",
         help="run the conformance suite on an RSM or RLMM plugin",
         description="Run tierlog's conformance suite on a plugin; the exit code is the verdict "
-        "(0 passed, 1 failed). Extra arguments after -- are passed to pytest.",
+        "(0 passed, 1 failed, 2 the plugin or its configuration was refused before any test). "
+        "Extra arguments after -- are passed to pytest.",
     )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--rsm", metavar="NAME", help="RemoteStorageManager: name or module:Class")
@@ -43,8 +54,9 @@ def add_parser(commands: Any) -> None:
 
 
 def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
-    """The pytest command line that runs the suite for ``args``."""
-    from tierlog.conformance._base import resolve_plugin_class
+    """The pytest command line that runs the suite for ``args``, once the plugin and its
+    configuration have been checked (``PluginError``/``ConfigError`` otherwise)."""
+    from tierlog.conformance._base import parse_key_values, resolve_plugin_class
 
     # Locate the suite without importing it: modules pytest will load must not be imported
     # before pytest.main, or pytest cannot rewrite their asserts.
@@ -56,9 +68,10 @@ def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     kind, name = ("rsm", args.rsm) if args.rsm else ("rlmm", args.rlmm)
-    # Fail fast with one clear message instead of the same error in every test (and say so
-    # when the name is a plugin of the other kind).
+    # Fail fast with one clear message instead of the same error in every test.
     plugin_class = resolve_plugin_class(kind, name, flag_prefix="--")
+    given = parse_key_values(args.config, "--config")
+    check_configuration(plugin_class, given, f"{kind} {name!r}")
     suite = (
         "TestSelectedRemoteStorageManager"
         if kind == "rsm"
@@ -66,15 +79,7 @@ def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
     )
     argv = [f"{module}::{suite}", f"--tierlog-{kind}", name]
     for item in args.config:
-        key, sep, _ = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--config expects KEY=VALUE, got {item!r}")
         argv += ["--tierlog-config", item]
-    if not args.config and getattr(plugin_class, "conformance_config", None) is None:
-        raise ConfigError(
-            f"{plugin_class.__module__}:{plugin_class.__qualname__} has no conformance_config() "
-            "classmethod: give its configuration with --config KEY=VALUE (repeatable)"
-        )
     if args.quick:
         argv += ["-m", "not tierlog_large"]
     passthrough = extra[1:] if extra[:1] == ["--"] else extra
@@ -82,6 +87,50 @@ def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
     # the suite's assertions carry their own messages, so the warning is noise.
     quiet = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
     return [*argv, "-p", "no:cacheprovider", *quiet, *passthrough]
+
+
+def check_configuration(plugin_class: type, given: Mapping[str, str], label: str) -> None:
+    """Build and configure ``plugin_class`` once, as every test will, and close it.
+
+    The configuration is the one the suite's tests get: ``given``, or else the plugin's
+    ``conformance_config()`` (made in a temporary directory removed afterwards). A plugin that
+    refuses it raises ``ConfigError`` with the plugin's own message (which names the key or
+    value); any other failure of ``configure`` is reported the same way, in one line (``-vv``
+    logs the traceback).
+    """
+    from tierlog.conformance._base import plugin_conformance_config
+
+    with tempfile.TemporaryDirectory(prefix="tierlog-conformance-check-") as tmp:
+        config = dict(given) if given else plugin_conformance_config(plugin_class, Path(tmp))
+        if config is None:
+            raise ConfigError(
+                f"{plugin_class.__module__}:{plugin_class.__qualname__} has no "
+                "conformance_config() classmethod: give its configuration with "
+                "--config KEY=VALUE (repeatable)"
+            )
+        try:
+            _configure_and_close(plugin_class, config)
+        except TierlogError as exc:
+            raise ConfigError(f"{label} refused its configuration: {exc}") from exc
+        except Exception as exc:  # a plugin bug: still one line, not one per test
+            _LOG.debug("configure() of %s failed", label, exc_info=True)
+            raise ConfigError(
+                f"{label} failed to configure: {type(exc).__name__}: {exc} (a plugin "
+                "should raise ConfigError naming the key; tierlog -vv shows the traceback)"
+            ) from exc
+
+
+def _configure_and_close(plugin_class: type, config: Mapping[str, str]) -> None:
+    """``cls()``, ``configure(config)`` and ``close()``, as Kafka builds a plugin; a failure of
+    ``close`` is only logged, since the suite's own tests judge ``close``."""
+    instance = plugin_class()
+    try:
+        instance.configure(dict(config))
+    finally:
+        try:
+            instance.close()
+        except Exception:
+            _LOG.debug("close() after the configuration check failed", exc_info=True)
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:

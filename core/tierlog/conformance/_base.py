@@ -11,14 +11,14 @@ temporary directory with ``tempfile.mkdtemp()`` gets one that pytest cleans up.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import pytest
 
-from tierlog.spi import PluginError
+from tierlog.spi import ConfigError, PluginError
 from tierlog.spi.plugins import get_registry
 
 _Caps = TypeVar("_Caps")
@@ -49,17 +49,41 @@ def require(capability: Capability, name: str) -> None:
     raise TypeError(f"capability {name} must be True or Unsupported('reason'), got {capability!r}")
 
 
+def parse_key_values(values: Sequence[str], option: str) -> dict[str, str]:
+    """``["k=v", ...]`` as a dict (the last of a repeated key wins); ``ConfigError`` naming
+    ``option`` for an item without ``=`` or without a key."""
+    config: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} expects KEY=VALUE, got {item!r}")
+        config[key.strip()] = value
+    return config
+
+
 def parse_config_options(values: list[str] | None) -> dict[str, str] | None:
     """``["k=v", ...]`` from ``--tierlog-config`` as a dict; ``None`` when none were given."""
     if not values:
         return None
-    config: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise pytest.UsageError(f"--tierlog-config expects key=value, got {item!r}")
-        config[key.strip()] = value
-    return config
+    try:
+        return parse_key_values(values, "--tierlog-config")
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def plugin_conformance_config(plugin_class: type, tmp_path: Path) -> dict[str, str] | None:
+    """What the plugin's ``conformance_config()`` classmethod returns, as strings; ``None``
+    when the plugin declares none. ``tempfile.tempdir`` points at ``tmp_path`` meanwhile, so
+    the temporary directories it makes go away with ``tmp_path``."""
+    factory: Any = getattr(plugin_class, "conformance_config", None)
+    if factory is None:
+        return None
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path)
+    try:
+        return {str(k): str(v) for k, v in dict(factory()).items()}
+    finally:
+        tempfile.tempdir = saved
 
 
 def resolve_plugin_class(kind: str, name: str, *, flag_prefix: str = "--tierlog-") -> type:
@@ -224,17 +248,12 @@ class SuiteBase:
             return given
         if cls.config is not None:
             return dict(cls.config)
-        factory: Any = getattr(plugin_class, "conformance_config", None)
-        if factory is None:
+        declared = plugin_conformance_config(plugin_class, tmp_path)
+        if declared is None:
             pytest.fail(
                 f"{plugin_class.__qualname__} has no conformance_config() classmethod and no "
                 "configuration was given: pass --tierlog-config key=value or set `config` on "
                 f"{cls.__name__}",
                 pytrace=False,
             )
-        saved = tempfile.tempdir
-        tempfile.tempdir = str(tmp_path)
-        try:
-            return {str(k): str(v) for k, v in dict(factory()).items()}
-        finally:
-            tempfile.tempdir = saved
+        return declared
