@@ -9,22 +9,23 @@ from pathlib import Path
 import pytest
 from tierlog.spi import ConfigError
 from tierlog.storage.objectstore.backend import UploadSettings
-from tierlog.storage.objectstore.config import CONFIG_KEYS
+from tierlog.storage.objectstore.config import CONFIG_KEYS, ConfigKey
 
-from tierlog_rsm_azure import AZURE_CONFIG_KEYS, AzureRemoteStorageManager, AzureSettings
+import tierlog_rsm_azure
+from tierlog_rsm_azure import AZURE_CONFIG_KEYS, AzureConfig, AzureRemoteStorageManager
 
 KEY = "c2VjcmV0LWtleS1ieXRlcy0xMjM0NTY3ODkwMTIzNDU2Nzg5MA=="
 UPLOAD = UploadSettings(part_size=6 << 20)
 
 
-def parse(**configs: str) -> AzureSettings:
+def parse(**configs: str) -> AzureConfig:
     base = {
         "azure.container.name": "segments",
         "azure.account.name": "acct",
         "azure.account.key": KEY,
     }
     base.update(configs)
-    return AzureSettings.from_configs({k: v for k, v in base.items() if v != "-"}, UPLOAD)
+    return AzureConfig.from_configs({k: v for k, v in base.items() if v != "-"}, UPLOAD)
 
 
 def test_defaults() -> None:
@@ -38,12 +39,26 @@ def test_defaults() -> None:
 
 def test_every_key_is_documented_and_accepted_by_the_rsm() -> None:
     names = {k.name for k in AZURE_CONFIG_KEYS}
-    assert names == AzureSettings.keys() == AzureRemoteStorageManager.backend_config_keys
+    assert names == AzureConfig.keys() == AzureRemoteStorageManager.backend_config_keys
     assert all(k.doc and k.default for k in AZURE_CONFIG_KEYS)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     names |= {k.name for k in CONFIG_KEYS}  # the common keys are documented there too
     missing = [n for n in names if f"`rsm.config.{n}`" not in readme]
     assert not missing, f"README.md does not document {missing}"
+
+
+def test_the_public_shape_is_that_of_every_object_store_plugin() -> None:
+    """``<P>Config`` with ``from_configs`` and ``keys``, ``<P>_CONFIG_KEYS`` of documented
+    ``ConfigKey`` rows, ``<P>Backend`` and ``<P>RemoteStorageManager``: as s3 and gcs."""
+    assert set(tierlog_rsm_azure.__all__) >= {
+        "AzureConfig",
+        "AZURE_CONFIG_KEYS",
+        "AzureBackend",
+        "AzureRemoteStorageManager",
+    }
+    assert all(isinstance(k, ConfigKey) for k in AZURE_CONFIG_KEYS)
+    names = [k.name for k in AZURE_CONFIG_KEYS]
+    assert len(set(names)) == len(names)
 
 
 def test_secrets_are_not_in_the_repr() -> None:

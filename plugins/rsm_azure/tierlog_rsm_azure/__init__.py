@@ -5,6 +5,11 @@ broker selects it with ``remote.log.storage.manager.class.name=azure``; the READ
 ``rsm.config.`` keys. ``AzureBackend`` (the azure-storage-blob adapter under the RSM) is
 importable for tools and tests; it is loaded lazily, as is the Azure SDK, so discovering
 plugins stays cheap.
+
+The public names are those of every first-party object-store plugin: ``AzureConfig`` (the
+validated settings, ``AzureConfig.from_configs(configs, upload)``, ``AzureConfig.keys()``),
+``AZURE_CONFIG_KEYS`` (each key's ``ConfigKey``: type, default, meaning), ``AzureBackend`` and
+``AzureRemoteStorageManager``.
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog import hookimpl
 
-from tierlog_rsm_azure._config import CONFIG_KEYS as AZURE_CONFIG_KEYS
-from tierlog_rsm_azure._config import AzureSettings
+from tierlog_rsm_azure._config import AZURE_CONFIG_KEYS, AzureConfig
+from tierlog_rsm_azure._config import AzureSettings as AzureSettings  # transitional, see _config
 from tierlog_rsm_azure._rsm import AzureRemoteStorageManager
 from tierlog_rsm_azure._version import __version__
 
@@ -26,8 +31,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AZURE_CONFIG_KEYS",
     "AzureBackend",
+    "AzureConfig",
     "AzureRemoteStorageManager",
-    "AzureSettings",
     "__version__",
     "tierlog_register_storage_managers",
 ]

@@ -2,8 +2,13 @@
 
 Kept apart from the backend so that reading and checking a configuration needs no Azure SDK
 import, and so that the README's table and the parser cannot drift: both come from
-``CONFIG_KEYS``. Secrets (account key, SAS token, connection string) are held by
-``AzureSettings`` but excluded from its ``repr``, and no error message ever quotes them.
+``AZURE_CONFIG_KEYS``. Secrets (account key, SAS token, connection string) are held by
+``AzureConfig`` but excluded from its ``repr``, and no error message ever quotes them.
+
+The shape is the one of every first-party object-store plugin (``tierlog_rsm_s3``,
+``tierlog_rsm_gcs``): a constant per key, ``AZURE_CONFIG_KEYS`` (a ``ConfigKey`` per key, with
+its default and meaning) and ``AzureConfig``, the validated settings, built by
+``AzureConfig.from_configs(configs, upload)`` and naming its keys in ``AzureConfig.keys()``.
 """
 
 from __future__ import annotations
@@ -17,24 +22,25 @@ from typing import Final
 
 from tierlog.spi import ConfigError
 from tierlog.storage.objectstore.backend import UploadSettings
-from tierlog.storage.objectstore.config import ConfigKey, get_int
+from tierlog.storage.objectstore.config import ConfigKey, full_key, get_int, get_str
 
 __all__ = [
     "ACCOUNT_KEY",
     "ACCOUNT_NAME",
     "API_VERSION",
-    "CONFIG_KEYS",
+    "AZURE_CONFIG_KEYS",
     "CONNECTION_STRING",
     "CONNECTION_TIMEOUT_MS",
     "CONTAINER_NAME",
     "CREDENTIAL_KEYS",
     "ENDPOINT_URL",
+    "MAX_RETRY_BACKOFF_S",
     "READ_TIMEOUT_MS",
     "RETRY_BACKOFF_MS",
     "RETRY_TOTAL",
     "SAS_TOKEN",
     "UPLOAD_BLOCK_SIZE",
-    "AzureSettings",
+    "AzureConfig",
 ]
 
 KiB: Final = 1 << 10
@@ -65,7 +71,7 @@ MAX_RETRY_BACKOFF_S: Final = 30.0
 DEFAULT_CONNECTION_TIMEOUT_MS: Final = 20_000
 DEFAULT_READ_TIMEOUT_MS: Final = 60_000
 
-CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
+AZURE_CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
     ConfigKey(
         CONTAINER_NAME,
         "string",
@@ -155,20 +161,8 @@ _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9]{1,64}")
 _API_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def _where(key: str) -> str:
-    return f"rsm.config.{key}"
-
-
-def _string(configs: Mapping[str, str], key: str) -> str | None:
-    raw = configs.get(key)
-    if raw is None:
-        return None
-    value = str(raw).strip()
-    return value or None
-
-
 @dataclass(frozen=True, slots=True)
-class AzureSettings:
+class AzureConfig:
     """The Azure side of the configuration, validated. Secrets are excluded from ``repr`` so
     that a settings object printed in a traceback or a log line leaks nothing."""
 
@@ -188,7 +182,7 @@ class AzureSettings:
     @staticmethod
     def keys() -> frozenset[str]:
         """Every ``azure.*`` key (``backend_config_keys`` of the RSM)."""
-        return frozenset(k.name for k in CONFIG_KEYS)
+        return frozenset(k.name for k in AZURE_CONFIG_KEYS)
 
     @property
     def credential_kind(self) -> str:
@@ -202,71 +196,71 @@ class AzureSettings:
         return "DefaultAzureCredential"
 
     @classmethod
-    def from_configs(cls, configs: Mapping[str, str], upload: UploadSettings) -> AzureSettings:
+    def from_configs(cls, configs: Mapping[str, str], upload: UploadSettings) -> AzureConfig:
         """Parse and check the ``azure.*`` keys; ``upload`` gives the default block size.
 
         Raises ``ConfigError`` naming the key; a secret's value is never part of the message.
         """
-        container = _string(configs, CONTAINER_NAME)
+        container = get_str(configs, CONTAINER_NAME)
         if container is None:
             raise ConfigError(
-                f"{_where(CONTAINER_NAME)} is required: the name of an existing blob container"
+                f"{full_key(CONTAINER_NAME)} is required: the name of an existing blob container"
             )
         if container != "$root" and not _CONTAINER_NAME.fullmatch(container):
             raise ConfigError(
-                f"{_where(CONTAINER_NAME)} must be 3-63 lowercase letters, digits and single "
+                f"{full_key(CONTAINER_NAME)} must be 3-63 lowercase letters, digits and single "
                 f"hyphens, starting and ending with a letter or digit, got {container!r}"
             )
-        account = _string(configs, ACCOUNT_NAME)
+        account = get_str(configs, ACCOUNT_NAME)
         if account is not None and not _ACCOUNT_NAME.fullmatch(account):
             raise ConfigError(
-                f"{_where(ACCOUNT_NAME)} must be letters and digits only, got {account!r}"
+                f"{full_key(ACCOUNT_NAME)} must be letters and digits only, got {account!r}"
             )
-        endpoint = _string(configs, ENDPOINT_URL)
+        endpoint = get_str(configs, ENDPOINT_URL)
         if endpoint is not None:
             if not re.match(r"https?://[^/\s]+", endpoint):
                 raise ConfigError(
-                    f"{_where(ENDPOINT_URL)} must be an http:// or https:// URL, got {endpoint!r}"
+                    f"{full_key(ENDPOINT_URL)} must be an http:// or https:// URL, got {endpoint!r}"
                 )
             endpoint = endpoint.rstrip("/")
-        key = _string(configs, ACCOUNT_KEY)
+        key = get_str(configs, ACCOUNT_KEY)
         if key is not None:
             try:
                 base64.b64decode(key, validate=True)
             except (binascii.Error, ValueError):
                 raise ConfigError(
-                    f"{_where(ACCOUNT_KEY)} is not valid base64 (value not shown): copy the "
+                    f"{full_key(ACCOUNT_KEY)} is not valid base64 (value not shown): copy the "
                     "storage account's access key exactly"
                 ) from None
-        sas = _string(configs, SAS_TOKEN)
+        sas = get_str(configs, SAS_TOKEN)
         if sas is not None:
             sas = sas.removeprefix("?")
-        connection_string = _string(configs, CONNECTION_STRING)
+        connection_string = get_str(configs, CONNECTION_STRING)
 
         if connection_string is not None:
             others = [
                 k
                 for k in (ACCOUNT_KEY, SAS_TOKEN, ACCOUNT_NAME, ENDPOINT_URL)
-                if _string(configs, k) is not None
+                if get_str(configs, k) is not None
             ]
             if others:
                 raise ConfigError(
-                    f"{_where(CONNECTION_STRING)} already names the account, endpoint and "
-                    f"credential: remove {', '.join(_where(k) for k in others)}"
+                    f"{full_key(CONNECTION_STRING)} already names the account, endpoint and "
+                    f"credential: remove {', '.join(full_key(k) for k in others)}"
                 )
         else:
             if key is not None and sas is not None:
                 raise ConfigError(
-                    f"set one of {_where(ACCOUNT_KEY)} and {_where(SAS_TOKEN)}, not both"
+                    f"set one of {full_key(ACCOUNT_KEY)} and {full_key(SAS_TOKEN)}, not both"
                 )
             if account is None and endpoint is None:
                 raise ConfigError(
-                    f"{_where(ACCOUNT_NAME)} is required (or {_where(ENDPOINT_URL)}, or "
-                    f"{_where(CONNECTION_STRING)}): the storage account to use"
+                    f"{full_key(ACCOUNT_NAME)} is required (or {full_key(ENDPOINT_URL)}, or "
+                    f"{full_key(CONNECTION_STRING)}): the storage account to use"
                 )
             if key is not None and account is None:
                 raise ConfigError(
-                    f"{_where(ACCOUNT_KEY)} needs {_where(ACCOUNT_NAME)}: a Shared Key "
+                    f"{full_key(ACCOUNT_KEY)} needs {full_key(ACCOUNT_NAME)}: a Shared Key "
                     "signature names the account"
                 )
 
@@ -278,10 +272,10 @@ class AzureSettings:
             maximum=MAX_BLOCK_SIZE,
             unit=" (bytes)",
         )
-        api_version = _string(configs, API_VERSION)
+        api_version = get_str(configs, API_VERSION)
         if api_version is not None and not _API_VERSION.fullmatch(api_version):
             raise ConfigError(
-                f"{_where(API_VERSION)} must be a REST API version like 2025-11-05, "
+                f"{full_key(API_VERSION)} must be a REST API version like 2025-11-05, "
                 f"got {api_version!r}"
             )
         retry_total = get_int(configs, RETRY_TOTAL, DEFAULT_RETRY_TOTAL, minimum=0, maximum=20)
@@ -313,3 +307,9 @@ class AzureSettings:
             connection_timeout_s=connect_ms / 1000,
             read_timeout_s=read_ms / 1000,
         )
+
+
+# Transitional: the name before the plugins' settings were made uniform, still imported by
+# _rsm.py, _backend.py and tests (test_azure_backend*.py, test_azure_faults.py). Remove once
+# they import AzureConfig.
+AzureSettings = AzureConfig

@@ -9,6 +9,11 @@ thin adapter over google-cloud-storage, and registers the RSM as ``gcs``::
 
 The module stays cheap to import (tierlog imports every plugin to list them): the Google
 client libraries load when an RSM is configured, or when ``GcsBackend`` is first used here.
+
+The public names are those of every first-party object-store plugin: ``GcsConfig`` (the
+validated settings, ``GcsConfig.from_configs(configs, upload)``, ``GcsConfig.keys()``),
+``GCS_CONFIG_KEYS`` (each key's ``ConfigKey``: type, default, meaning), ``GcsBackend`` and
+``GcsRemoteStorageManager``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog import hookimpl
 
-from tierlog_rsm_gcs._config import CONFIG_KEYS, GcsSettings, parse_settings
+from tierlog_rsm_gcs._config import CONFIG_KEYS as CONFIG_KEYS  # transitional, see _config
+from tierlog_rsm_gcs._config import GCS_CONFIG_KEYS, GcsConfig
+from tierlog_rsm_gcs._config import GcsSettings as GcsSettings  # transitional, see _config
+from tierlog_rsm_gcs._config import parse_settings as parse_settings  # transitional
 from tierlog_rsm_gcs._rsm import GcsRemoteStorageManager
 from tierlog_rsm_gcs._version import __version__
 
@@ -27,12 +35,11 @@ if TYPE_CHECKING:
     from tierlog_rsm_gcs._backend import GcsBackend
 
 __all__ = [
-    "CONFIG_KEYS",
+    "GCS_CONFIG_KEYS",
     "GcsBackend",
+    "GcsConfig",
     "GcsRemoteStorageManager",
-    "GcsSettings",
     "__version__",
-    "parse_settings",
     "tierlog_register_storage_managers",
 ]
 

@@ -6,18 +6,19 @@ import re
 from pathlib import Path
 
 import pytest
-from tierlog_rsm_s3 import S3_CONFIG_KEYS, S3RemoteStorageManager, S3Settings
+import tierlog_rsm_s3
+from tierlog_rsm_s3 import S3_CONFIG_KEYS, S3Config, S3RemoteStorageManager
 
 from tierlog.spi import ConfigError
-from tierlog.storage.objectstore.config import CONFIG_KEYS
+from tierlog.storage.objectstore.config import CONFIG_KEYS, ConfigKey
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 
 
 def test_minimal_configuration_uses_defaults() -> None:
-    settings = S3Settings.from_configs({"s3.bucket.name": "segments"})
-    assert settings == S3Settings(bucket="segments")
+    settings = S3Config.from_configs({"s3.bucket.name": "segments"})
+    assert settings == S3Config(bucket="segments")
     assert settings.region is None  # resolved by boto3's chain when the client is built
     assert settings.path_style is None
     assert settings.max_attempts == 3
@@ -25,7 +26,7 @@ def test_minimal_configuration_uses_defaults() -> None:
 
 
 def test_every_key_is_parsed() -> None:
-    settings = S3Settings.from_configs(
+    settings = S3Config.from_configs(
         {
             "s3.bucket.name": " segments ",
             "s3.region": "eu-west-1",
@@ -41,7 +42,7 @@ def test_every_key_is_parsed() -> None:
             "aws.certificate.check.enabled": "false",
         }
     )
-    assert settings == S3Settings(
+    assert settings == S3Config(
         bucket="segments",
         region="eu-west-1",
         endpoint_url="https://s3.example.com:9000",
@@ -58,7 +59,7 @@ def test_every_key_is_parsed() -> None:
 
 
 def test_secrets_stay_out_of_repr() -> None:
-    settings = S3Settings.from_configs(
+    settings = S3Config.from_configs(
         {
             "s3.bucket.name": "b",
             "aws.access.key.id": "AKIDEXAMPLE",
@@ -95,12 +96,27 @@ def test_secrets_stay_out_of_repr() -> None:
 )
 def test_bad_configuration_names_the_key(configs: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message) as raised:
-        S3Settings.from_configs(configs)
+        S3Config.from_configs(configs)
     assert SECRET not in str(raised.value)
 
 
 def test_backend_config_keys_are_the_documented_keys() -> None:
     assert S3RemoteStorageManager.backend_config_keys == {k.name for k in S3_CONFIG_KEYS}
+
+
+def test_the_public_shape_is_that_of_every_object_store_plugin() -> None:
+    """``<P>Config`` with ``from_configs`` and ``keys``, ``<P>_CONFIG_KEYS`` of documented
+    ``ConfigKey`` rows, ``<P>Backend`` and ``<P>RemoteStorageManager``: as gcs and azure."""
+    assert set(tierlog_rsm_s3.__all__) >= {
+        "S3Config",
+        "S3_CONFIG_KEYS",
+        "S3Backend",
+        "S3RemoteStorageManager",
+    }
+    assert all(isinstance(k, ConfigKey) and k.doc and k.default for k in S3_CONFIG_KEYS)
+    names = [k.name for k in S3_CONFIG_KEYS]
+    assert len(set(names)) == len(names)
+    assert S3Config.keys() == frozenset(names)
 
 
 def test_readme_documents_every_key_with_its_default() -> None:

@@ -4,6 +4,10 @@ Installing the distribution registers the RSM as ``s3`` (entry point group ``tie
 broker selects it with ``remote.log.storage.manager.class.name=s3``; the README lists its
 ``rsm.config.`` keys. ``S3Backend`` (the boto3 adapter under the RSM) is importable for tools
 and tests; it is loaded lazily, as is boto3, so discovering plugins stays cheap.
+
+The public names are those of every first-party object-store plugin: ``S3Config`` (the validated
+settings, ``S3Config.from_configs(configs)``, ``S3Config.keys()``), ``S3_CONFIG_KEYS`` (each
+key's ``ConfigKey``: type, default, meaning), ``S3Backend`` and ``S3RemoteStorageManager``.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tierlog import hookimpl
-from tierlog_rsm_s3._config import S3_CONFIG_KEYS, S3Settings
+from tierlog_rsm_s3._config import S3_CONFIG_KEYS, S3Config
+from tierlog_rsm_s3._config import S3Settings as S3Settings  # transitional, see _config
 from tierlog_rsm_s3._rsm import S3RemoteStorageManager
 from tierlog_rsm_s3._version import __version__
 
@@ -22,8 +27,8 @@ if TYPE_CHECKING:
 __all__ = [
     "S3_CONFIG_KEYS",
     "S3Backend",
+    "S3Config",
     "S3RemoteStorageManager",
-    "S3Settings",
     "__version__",
     "tierlog_register_storage_managers",
 ]

@@ -13,6 +13,11 @@ botocore equivalent and is not offered; chunking, part sizes and caches are comm
 Everything is validated here, at ``configure``, without importing boto3 (the storage-class
 check, which needs botocore's service model, is done when the backend is built). Secrets are
 kept out of ``repr`` and of every message.
+
+The shape is the one of every first-party object-store plugin (``tierlog_rsm_gcs``,
+``tierlog_rsm_azure``): a constant per key, ``S3_CONFIG_KEYS`` (a ``ConfigKey`` per key, with its
+default and meaning, from which the README's table is checked) and ``S3Config``, the validated
+settings, built by ``S3Config.from_configs(configs)`` and naming its keys in ``S3Config.keys()``.
 """
 
 from __future__ import annotations
@@ -23,9 +28,32 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from tierlog.spi import ConfigError
-from tierlog.storage.objectstore.config import ConfigKey, get_bool, get_int
+from tierlog.storage.objectstore.config import (
+    ConfigKey,
+    full_key,
+    get_bool,
+    get_int,
+    get_str,
+)
 
-__all__ = ["S3_CONFIG_KEYS", "S3Settings"]
+__all__ = [
+    "ACCESS_KEY_ID",
+    "ATTEMPT_TIMEOUT",
+    "BUCKET_NAME",
+    "CERTIFICATE_CHECK",
+    "CHECKSUM_CHECK",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_REGION",
+    "ENDPOINT_URL",
+    "MAX_ATTEMPTS",
+    "PATH_STYLE",
+    "REGION",
+    "S3_CONFIG_KEYS",
+    "SECRET_ACCESS_KEY",
+    "SESSION_TOKEN",
+    "STORAGE_CLASS",
+    "S3Config",
+]
 
 BUCKET_NAME: Final = "s3.bucket.name"
 REGION: Final = "s3.region"
@@ -131,38 +159,27 @@ S3_CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
 )
 
 
-def _where(key: str) -> str:
-    return f"rsm.config.{key}"
-
-
-def _optional(configs: Mapping[str, str], key: str) -> str | None:
-    raw = configs.get(key)
-    if raw is None:
-        return None
-    value = str(raw).strip()
-    return value or None
-
-
 def _optional_bool(configs: Mapping[str, str], key: str) -> bool | None:
-    if _optional(configs, key) is None:
+    """A boolean whose absence (or blank value) means "let the SDK decide"."""
+    if get_str(configs, key) is None:
         return None
     return get_bool(configs, key, False)
 
 
 def _endpoint(configs: Mapping[str, str]) -> str | None:
-    url = _optional(configs, ENDPOINT_URL)
+    url = get_str(configs, ENDPOINT_URL)
     if url is None:
         return None
     parts = urlsplit(url)
     if parts.scheme not in {"http", "https"} or not parts.netloc:
         raise ConfigError(
-            f"{_where(ENDPOINT_URL)} must be an http:// or https:// URL with a host, got {url!r}"
+            f"{full_key(ENDPOINT_URL)} must be an http:// or https:// URL with a host, got {url!r}"
         )
     return url
 
 
 @dataclass(frozen=True, slots=True)
-class S3Settings:
+class S3Config:
     """The plugin's keys, parsed and validated; secrets stay out of ``repr``."""
 
     bucket: str
@@ -189,22 +206,22 @@ class S3Settings:
         return self.access_key_id is not None
 
     @classmethod
-    def from_configs(cls, configs: Mapping[str, str]) -> S3Settings:
+    def from_configs(cls, configs: Mapping[str, str]) -> S3Config:
         """Parse the plugin's keys of ``configs`` (others are ignored); ``ConfigError`` names
         the key and what is accepted."""
-        bucket = _optional(configs, BUCKET_NAME)
+        bucket = get_str(configs, BUCKET_NAME)
         if bucket is None:
             raise ConfigError(
-                f"{_where(BUCKET_NAME)} is required: the name of an existing S3 bucket"
+                f"{full_key(BUCKET_NAME)} is required: the name of an existing S3 bucket"
             )
         if "/" in bucket:
             raise ConfigError(
-                f"{_where(BUCKET_NAME)} is a bucket name, not a path, got {bucket!r}; put a "
+                f"{full_key(BUCKET_NAME)} is a bucket name, not a path, got {bucket!r}; put a "
                 "folder in rsm.config.key.prefix"
             )
-        access_key = _optional(configs, ACCESS_KEY_ID)
-        secret = _optional(configs, SECRET_ACCESS_KEY)
-        token = _optional(configs, SESSION_TOKEN)
+        access_key = get_str(configs, ACCESS_KEY_ID)
+        secret = get_str(configs, SECRET_ACCESS_KEY)
+        token = get_str(configs, SESSION_TOKEN)
         if (access_key is None) != (secret is None):
             given, missing = (
                 (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
@@ -212,17 +229,17 @@ class S3Settings:
                 else (SECRET_ACCESS_KEY, ACCESS_KEY_ID)
             )
             raise ConfigError(
-                f"{_where(given)} is set but {_where(missing)} is not: set both, or neither "
+                f"{full_key(given)} is set but {full_key(missing)} is not: set both, or neither "
                 "to use the AWS default credential chain"
             )
         if token is not None and access_key is None:
             raise ConfigError(
-                f"{_where(SESSION_TOKEN)} needs {_where(ACCESS_KEY_ID)} and "
-                f"{_where(SECRET_ACCESS_KEY)}"
+                f"{full_key(SESSION_TOKEN)} needs {full_key(ACCESS_KEY_ID)} and "
+                f"{full_key(SECRET_ACCESS_KEY)}"
             )
         return cls(
             bucket=bucket,
-            region=_optional(configs, REGION),
+            region=get_str(configs, REGION),
             endpoint_url=_endpoint(configs),
             path_style=_optional_bool(configs, PATH_STYLE),
             access_key_id=access_key,
@@ -234,7 +251,12 @@ class S3Settings:
             max_attempts=get_int(
                 configs, MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, minimum=1, maximum=20
             ),
-            storage_class=_optional(configs, STORAGE_CLASS),
+            storage_class=get_str(configs, STORAGE_CLASS),
             checksum_check=get_bool(configs, CHECKSUM_CHECK, False),
             certificate_check=get_bool(configs, CERTIFICATE_CHECK, True),
         )
+
+
+# Transitional: the name before the plugins' settings were made uniform, still imported by
+# _rsm.py, _backend.py and tests/test_backend*.py. Remove once they import S3Config.
+S3Settings = S3Config

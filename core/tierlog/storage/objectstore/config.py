@@ -34,8 +34,10 @@ __all__ = [
     "RLM_PROVIDED_KEYS",
     "ConfigKey",
     "ObjectStoreConfig",
+    "full_key",
     "get_bool",
     "get_int",
+    "get_str",
     "markdown_table",
 ]
 
@@ -217,7 +219,9 @@ def markdown_table(keys: Iterable[ConfigKey] = CONFIG_KEYS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _where(key: str) -> str:
+def full_key(key: str) -> str:
+    """``rsm.config.<key>``: a key as the user wrote it in ``server.properties``, which is how
+    every message names it (an RSM only sees its keys with the prefix removed)."""
     return f"rsm.config.{key}"
 
 
@@ -229,7 +233,7 @@ def get_bool(configs: Mapping[str, str], key: str, default: bool) -> bool:
     ``rsm.config.<key>`` rather than false, so a typo cannot silently turn off encryption.
     """
     raw = configs.get(key)
-    return default if raw is None else parse_bool(_where(key), raw)
+    return default if raw is None else parse_bool(full_key(key), raw)
 
 
 def get_int(
@@ -248,7 +252,7 @@ def get_int(
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise ConfigError(f"{_where(key)} must be an integer{unit}, got {raw!r}") from None
+        raise ConfigError(f"{full_key(key)} must be an integer{unit}, got {raw!r}") from None
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = (
             f"between {minimum} and {maximum}"
@@ -257,11 +261,13 @@ def get_int(
             if minimum is not None
             else f"at most {maximum}"
         )
-        raise ConfigError(f"{_where(key)} must be {bounds}{unit}, got {value}")
+        raise ConfigError(f"{full_key(key)} must be {bounds}{unit}, got {value}")
     return value
 
 
-def _parse_str(configs: Mapping[str, str], key: str) -> str | None:
+def get_str(configs: Mapping[str, str], key: str) -> str | None:
+    """The text of ``key``, stripped; ``None`` when absent or blank (an empty value is unset,
+    as a commented-out line would be)."""
     raw = configs.get(key)
     if raw is None:
         return None
@@ -272,7 +278,7 @@ def _parse_str(configs: Mapping[str, str], key: str) -> str | None:
 def _checked(value: _T, check: Callable[[_T], str | None], key: str) -> _T:
     problem = check(value)
     if problem:
-        raise ConfigError(f"{_where(key)} {problem}")
+        raise ConfigError(f"{full_key(key)} {problem}")
     return value
 
 
@@ -354,17 +360,17 @@ class ObjectStoreConfig:
         memory_cache = get_int(
             configs, FETCH_CHUNK_CACHE_SIZE, 64 * MiB, minimum=0, unit=" (bytes)"
         )
-        disk_dir_raw = _parse_str(configs, FETCH_DISK_CACHE_DIR)
+        disk_dir_raw = get_str(configs, FETCH_DISK_CACHE_DIR)
         disk_dir = None
         if disk_dir_raw is not None:
             if "\x00" in disk_dir_raw:
-                raise ConfigError(f"{_where(FETCH_DISK_CACHE_DIR)} contains a NUL character")
+                raise ConfigError(f"{full_key(FETCH_DISK_CACHE_DIR)} contains a NUL character")
             disk_dir = Path(disk_dir_raw).expanduser().absolute()
         disk_size = get_int(configs, FETCH_DISK_CACHE_SIZE, 1 * GiB, minimum=1, unit=" (bytes)")
         if disk_dir is not None and disk_size < chunk_size:
             raise ConfigError(
-                f"{_where(FETCH_DISK_CACHE_SIZE)} ({disk_size}) must hold at least one chunk "
-                f"({_where(CHUNK_SIZE)}={chunk_size})"
+                f"{full_key(FETCH_DISK_CACHE_SIZE)} ({disk_size}) must hold at least one chunk "
+                f"({full_key(CHUNK_SIZE)}={chunk_size})"
             )
         prefetch = get_int(configs, FETCH_PREFETCH_CHUNKS, 1, minimum=0, maximum=64)
         manifests = get_int(configs, FETCH_MANIFEST_CACHE_ENTRIES, 1000, minimum=0)
@@ -372,18 +378,18 @@ class ObjectStoreConfig:
         level = get_int(configs, COMPRESSION_LEVEL, 3, minimum=-7, maximum=22)
         heuristic = get_bool(configs, COMPRESSION_HEURISTIC_ENABLED, True)
         encryption = get_bool(configs, ENCRYPTION_ENABLED, False)
-        provider = _parse_str(configs, ENCRYPTION_KEY_PROVIDER) or "file"
+        provider = get_str(configs, ENCRYPTION_KEY_PROVIDER) or "file"
         if provider != "file" and (provider.count(":") != 1 or not all(provider.split(":"))):
             raise ConfigError(
-                f"{_where(ENCRYPTION_KEY_PROVIDER)} must be 'file' or 'package.module:Class', "
+                f"{full_key(ENCRYPTION_KEY_PROVIDER)} must be 'file' or 'package.module:Class', "
                 f"got {provider!r}"
             )
-        key_file_raw = _parse_str(configs, ENCRYPTION_KEY_FILE)
+        key_file_raw = get_str(configs, ENCRYPTION_KEY_FILE)
         key_file = None if key_file_raw is None else Path(key_file_raw).expanduser().absolute()
         if encryption and provider == "file" and key_file is None:
             raise ConfigError(
-                f"{_where(ENCRYPTION_ENABLED)}=true with the file key provider needs "
-                f"{_where(ENCRYPTION_KEY_FILE)}: the path of a JSON keyring "
+                f"{full_key(ENCRYPTION_ENABLED)}=true with the file key provider needs "
+                f"{full_key(ENCRYPTION_KEY_FILE)}: the path of a JSON keyring "
                 '{"active": "k1", "keys": {"k1": "<base64 of 32 random bytes>"}}'
             )
         return cls(
