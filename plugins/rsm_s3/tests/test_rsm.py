@@ -3,18 +3,18 @@ surviving a server that dies mid-upload or mid-fetch, and uploading with bounded
 
 from __future__ import annotations
 
+import io
 import threading
-import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import pytest
 from _s3_support import PrivateServers, new_bucket_name, plugin_configs, write_keyring
 from services._common import Service
 from services.seaweedfs import create_bucket, s3_client
-from tierlog_rsm_s3 import S3RemoteStorageManager
+from tierlog_rsm_s3 import S3Backend, S3RemoteStorageManager, S3Settings
 
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream, segment_metadata
 from tierlog.spi import (
@@ -27,9 +27,18 @@ from tierlog.spi import (
 from tierlog.spi.plugins import get_registry
 
 if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
     from tierlog.spi import RemoteLogSegmentMetadata
+    from tierlog.storage.objectstore.backend import (
+        ObjectStoreBackend,
+        RequestObserver,
+        UploadSettings,
+    )
 
 MiB = 1 << 20
+DEADLINE_S = 120.0
+"""How long a test waits for a copy or a read before it fails: only a hung one takes this."""
 TRANSFORMS = {
     "plain": {},
     "compressed-encrypted": {"compression.enabled": "true", "encryption.enabled": "true"},
@@ -41,7 +50,10 @@ def make_rsm(tmp_path: Path) -> Iterator[Callable[..., S3RemoteStorageManager]]:
     """Configured RSMs on a server and bucket; closed at teardown."""
     made: list[S3RemoteStorageManager] = []
 
-    def make(service: Service, bucket: str, **extra: str) -> S3RemoteStorageManager:
+    def make(
+        service: Service, bucket: str, *, rsm: S3RemoteStorageManager | None = None, **extra: str
+    ) -> S3RemoteStorageManager:
+        """``rsm`` (default: a new ``S3RemoteStorageManager``) configured for ``bucket``."""
         configs = plugin_configs(
             service,
             bucket,
@@ -54,7 +66,7 @@ def make_rsm(tmp_path: Path) -> Iterator[Callable[..., S3RemoteStorageManager]]:
         )
         if configs.get("encryption.enabled") == "true":
             configs["encryption.key.file"] = str(write_keyring(tmp_path))
-        rsm = S3RemoteStorageManager()
+        rsm = rsm if rsm is not None else S3RemoteStorageManager()
         made.append(rsm)
         rsm.configure(configs)
         return rsm
@@ -117,6 +129,84 @@ def test_requests_reach_the_rsm_metrics(
 
 
 # Faults -------------------------------------------------------------------------------------
+class UploadPause:
+    """Stops the first upload whose source passes ``at`` bytes right there, until ``resume``:
+    a test acts on the server (kills it) at a known point of an upload, instead of slowing the
+    upload down and guessing when it is half-way."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.paused = threading.Event()
+        self._resumed = threading.Event()
+        self._armed = True
+        self._lock = threading.Lock()
+
+    def wrap(self, source: BinaryIO) -> BinaryIO:
+        """``source`` itself once the pause was used, else ``source`` pausing at ``at``."""
+        with self._lock:
+            armed, self._armed = self._armed, False
+        return io.BufferedReader(_PausingSource(source, self)) if armed else source
+
+    def wait_resumed(self) -> None:
+        self.paused.set()
+        if not self._resumed.wait(DEADLINE_S):
+            raise TimeoutError("the test never resumed the paused upload")
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+
+class _PausingSource(io.RawIOBase):
+    def __init__(self, source: BinaryIO, pause: UploadPause) -> None:
+        super().__init__()
+        self._source = source
+        self._pause = pause
+        self._before_pause: int | None = pause.at
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._before_pause == 0:
+            self._before_pause = None
+            self._pause.wait_resumed()
+        want = len(view) if self._before_pause is None else min(len(view), self._before_pause)
+        data = self._source.read(want)
+        view[: len(data)] = data
+        if self._before_pause is not None:
+            self._before_pause -= len(data)
+        return len(data)
+
+
+class _PausingBackend(S3Backend):
+    def __init__(
+        self,
+        settings: S3Settings,
+        upload: UploadSettings,
+        observer: RequestObserver,
+        pause: UploadPause,
+    ) -> None:
+        super().__init__(settings, upload, observer)
+        self._pause = pause
+
+    def upload(self, key: str, source: BinaryIO, size: int | None) -> None:
+        super().upload(key, self._pause.wrap(source), size)
+
+
+class PausingS3RemoteStorageManager(S3RemoteStorageManager):
+    """The ``s3`` RSM whose backend pauses an upload (``UploadPause``)."""
+
+    def __init__(self, pause: UploadPause) -> None:
+        super().__init__()
+        self._pause = pause
+
+    def create_backend(
+        self, configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
+    ) -> ObjectStoreBackend:
+        return _PausingBackend(S3Settings.from_configs(configs), upload, observer, self._pause)
+
+
 def test_server_killed_mid_upload_then_retry_completes(
     private_seaweedfs: PrivateServers,
     make_rsm: Callable[..., S3RemoteStorageManager],
@@ -133,12 +223,14 @@ def test_server_killed_mid_upload_then_retry_completes(
     service = private_seaweedfs()
     bucket = new_bucket_name()
     create_bucket(service, bucket)
+    # The first 5 MiB part read, the multipart upload is created; the source then stops 1 MiB
+    # into the second part until the server is dead.
+    pause = UploadPause(at=6 * MiB)
     rsm = make_rsm(
         service,
         bucket,
+        rsm=PausingS3RemoteStorageManager(pause),
         **{
-            # Slow the upload down so that the kill lands in the middle of it.
-            "upload.rate.limit.bytes.per.second": str(12 * MiB),
             # A server that died mid-write may take seconds to accept writes again after its
             # restart (volume recovery): give attempts time; a refused connection fails fast.
             "s3.max.attempts": "2",
@@ -159,14 +251,15 @@ def test_server_killed_mid_upload_then_retry_completes(
 
     thread = threading.Thread(target=copy)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not admin.list_multipart_uploads(Bucket=bucket).get("Uploads"):
-        assert time.monotonic() < deadline, "the copy never started a multipart upload"
-        assert thread.is_alive(), f"the copy ended before the kill: {failure}"
-        time.sleep(0.05)
-    time.sleep(0.5)
-    service.kill()
-    thread.join(60)
+    try:
+        assert pause.paused.wait(DEADLINE_S), f"the copy never read {pause.at} bytes: {failure}"
+        assert admin.list_multipart_uploads(Bucket=bucket).get("Uploads"), (
+            "no multipart upload under way at the pause"
+        )
+        service.kill()
+    finally:
+        pause.resume()
+    thread.join(DEADLINE_S)
     assert not thread.is_alive()
     assert failure, "the copy succeeded although the server was killed in the middle of it"
     assert isinstance(failure[0], RetriableRemoteStorageException), repr(failure[0])
