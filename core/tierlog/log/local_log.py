@@ -1183,18 +1183,6 @@ class LocalLog:
                 break
         return found
 
-    def collect_aborted_transactions(
-        self, start_offset: int, upper_bound_offset: int
-    ) -> list[AbortedTxn]:
-        """Aborted transactions overlapping ``[start_offset, upper_bound_offset)`` (local only)."""
-        with self._lock:
-            segment = self._segments.floor_segment(start_offset)
-            if segment is None:
-                segment = self._segments.first_segment()
-            if segment is None:
-                return []
-            return self._collect_aborted(self._log_start_offset, upper_bound_offset, segment)
-
     def fetch_offset_by_timestamp(self, target_timestamp: int) -> TimestampAndOffset | None:
         """The first local record with a timestamp >= the target (Kafka's ListOffsets).
 

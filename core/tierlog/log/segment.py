@@ -621,13 +621,6 @@ class LogSegment:
             next_offset = header.next_offset
         return next_offset
 
-    def has_overflow(self) -> bool:
-        """True if the last batch's offset cannot be stored relative to the base offset."""
-        next_offset = self.read_next_offset()
-        return next_offset > self._base_offset and not self.can_convert_to_relative_offset(
-            next_offset - 1
-        )
-
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int | None = None
     ) -> TimestampAndOffset | None:
@@ -947,20 +940,6 @@ class LogSegment:
                 self._txn_index.path,
             )
         )
-
-    @staticmethod
-    def delete_files_if_exist(
-        directory: str | os.PathLike[str], base_offset: int, suffix: str = ""
-    ) -> None:
-        """Delete a segment's four files by name, without opening them."""
-        root = Path(directory)
-        for path in (
-            offset_index_file(root, base_offset, suffix),
-            time_index_file(root, base_offset, suffix),
-            transaction_index_file(root, base_offset, suffix),
-            log_file(root, base_offset, suffix),
-        ):
-            path.unlink(missing_ok=True)
 
 
 # The segments of a log -------------------------------------------------------------------------
