@@ -1,12 +1,14 @@
 """``tierlog conformance``: the plugin and its configuration are checked once, before pytest.
 
 A wrong plugin name, a plugin of the other kind, or a configuration the plugin refuses ends the
-command with one message and exit code 2 instead of the same error in every test. The runs that
-need pytest go through a subprocess, as a user runs the command.
+command with one message and exit code 2 instead of the same error in every test; ``--config``
+adjusts the plugin's own ``conformance_config()`` instead of replacing it, and says which keys it
+replaced. The runs that need pytest go through a subprocess, as a user runs the command.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +21,23 @@ from tierlog.conformance._base import resolve_plugin_class
 from tierlog.spi import PluginError
 
 RECORDING_RSM = """
+import json
+import os
+
 from tierlog.storage.local import LocalTieredStorage
+
+
+class Recording(LocalTieredStorage):
+    '''Writes every configuration it is given, one JSON object a line, to $RECORD_TO.'''
+
+    @classmethod
+    def conformance_config(cls):
+        return {**super().conformance_config(), "node.id": "1", "delete.enable": "true"}
+
+    def configure(self, configs):
+        with open(os.environ["RECORD_TO"], "a") as record:
+            record.write(json.dumps(dict(configs)) + "\\n")
+        super().configure(configs)
 
 
 class BuggyConfigure(LocalTieredStorage):
@@ -58,16 +76,15 @@ def _one_error_line(err: str) -> str:
 
 # A configuration the plugin refuses ---------------------------------------------------------
 def test_a_refused_configuration_is_one_message_before_any_test(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The plugin's own ConfigError text, once; pytest never starts (nothing on stdout)."""
+    """The plugin's own ConfigError text, once; pytest never starts (nothing on stdout). The
+    plugin's ``dir`` still comes from its ``conformance_config()``: only the bad key is given."""
     code, out, err = run_cli(
         capsys,
         "conformance",
         "--rsm",
         "local",
-        "--config",
-        f"dir={tmp_path}",
         "--config",
         "delete.enable=maybe",
     )
@@ -77,10 +94,16 @@ def test_a_refused_configuration_is_one_message_before_any_test(
     assert "delete.enable" in line and "maybe" in line, "the plugin's text names key and value"
 
 
-def test_a_refused_value_of_a_key_the_plugin_needs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_refused_override_is_reported_with_the_key_it_replaced(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     code, out, err = run_cli(capsys, "conformance", "--rsm", "local", "--config", "dir=")
     assert (code, out) == (2, "")
-    assert _one_error_line(err).startswith(
+    notice, error = err.splitlines()
+    assert notice == (
+        "tierlog conformance: --config overrides dir of LocalTieredStorage.conformance_config()"
+    )
+    assert error.startswith(
         "tierlog: error: rsm 'local' refused its configuration: dir is required"
     )
 
@@ -107,6 +130,54 @@ def test_a_configure_that_crashes_is_one_message_too(
     assert code == 2 and out == ""
     line = _one_error_line(err)
     assert "failed to configure: KeyError: 'dir'" in line and "ConfigError" in line
+
+
+# --config on top of the plugin's configuration ------------------------------------------------
+def test_config_is_merged_over_the_plugin_configuration(tmp_path: Path) -> None:
+    """The check before pytest and every test get the plugin's keys with --config's on top,
+    and stderr names, in one line, the keys --config replaced (not those it adds)."""
+    (tmp_path / "recording_rsm.py").write_text(RECORDING_RSM)
+    record = tmp_path / "configs.jsonl"
+    result = _conformance(
+        "--rsm",
+        "recording_rsm:Recording",
+        "--config",
+        "node.id=9",
+        "--config",
+        "added.key=x",
+        "--",
+        "-q",
+        "-k",
+        "test_fetch_segment_returns_copied_bytes or test_delete_twice_succeeds",
+        cwd=tmp_path,
+        env={"RECORD_TO": str(record)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " passed" in result.stdout
+    overrides = [line for line in result.stderr.splitlines() if "--config overrides" in line]
+    assert overrides == [
+        "tierlog conformance: --config overrides node.id of Recording.conformance_config()"
+    ]
+    configs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(configs) == 3, "the check before pytest, then each of the two tests"
+    for config in configs:
+        assert set(config) == {"dir", "node.id", "delete.enable", "added.key"}
+        assert (config["node.id"], config["delete.enable"], config["added.key"]) == (
+            "9",
+            "true",
+            "x",
+        )
+    assert len({config["dir"] for config in configs}) == len(configs), (
+        "the plugin's conformance_config() still makes a fresh directory for each test"
+    )
+
+
+def test_keys_only_added_are_not_reported(tmp_path: Path) -> None:
+    result = _conformance(
+        "--rsm", "local", "--config", "added.key=x", "--", "--collect-only", "-q", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "--config overrides" not in result.stderr
 
 
 # A plugin of the other kind -------------------------------------------------------------------

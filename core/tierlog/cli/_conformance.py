@@ -5,7 +5,7 @@ package (``tierlog/conformance/_selected.py``) with the plugin chosen by name. A
 ``--`` go to pytest unchanged (``-x``, ``-k name``, ``-q``...).
 
 Before pytest starts, the command builds and configures the plugin once with the configuration
-the tests will use (``--config``, else the plugin's ``conformance_config()``): a wrong key
+the tests will use (the plugin's ``conformance_config()`` with ``--config`` on top): a wrong key
 or value then ends the run with the plugin's one ``ConfigError`` message instead of the same
 error in every one of some sixty tests.
 """
@@ -45,7 +45,7 @@ def add_parser(commands: Any) -> None:
         metavar="KEY=VALUE",
         action="append",
         default=[],
-        help="plugin configuration (repeatable); default: the plugin's conformance_config()",
+        help="plugin configuration (repeatable), on top of the plugin's conformance_config()",
     )
     parser.add_argument(
         "--quick", action="store_true", help="skip the large-data tests (256 MiB segment)"
@@ -92,21 +92,29 @@ def pytest_arguments(args: argparse.Namespace, extra: list[str]) -> list[str]:
 def check_configuration(plugin_class: type, given: Mapping[str, str], label: str) -> None:
     """Build and configure ``plugin_class`` once, as every test will, and close it.
 
-    The configuration is the one the suite's tests get: ``given``, or else the plugin's
-    ``conformance_config()`` (made in a temporary directory removed afterwards). A plugin that
-    refuses it raises ``ConfigError`` with the plugin's own message (which names the key or
-    value); any other failure of ``configure`` is reported the same way, in one line (``-vv``
-    logs the traceback).
+    The configuration is the one the suite's tests get: the plugin's ``conformance_config()``
+    (made in a temporary directory removed afterwards) with ``given`` on top; the keys
+    ``given`` replaces are reported on stderr, in one line. A plugin that refuses it raises
+    ``ConfigError`` with the plugin's own message (which names the key or value); any other
+    failure of ``configure`` is reported the same way, in one line (``-vv`` logs the
+    traceback).
     """
-    from tierlog.conformance._base import plugin_conformance_config
+    from tierlog.conformance._base import overlay_config, plugin_conformance_config
 
     with tempfile.TemporaryDirectory(prefix="tierlog-conformance-check-") as tmp:
-        config = dict(given) if given else plugin_conformance_config(plugin_class, Path(tmp))
-        if config is None:
+        declared = plugin_conformance_config(plugin_class, Path(tmp))
+        if declared is None and not given:
             raise ConfigError(
                 f"{plugin_class.__module__}:{plugin_class.__qualname__} has no "
                 "conformance_config() classmethod: give its configuration with "
                 "--config KEY=VALUE (repeatable)"
+            )
+        config, overridden = overlay_config(declared or {}, given)
+        if overridden:
+            print(
+                f"tierlog conformance: --config overrides {', '.join(overridden)} of "
+                f"{plugin_class.__qualname__}.conformance_config()",
+                file=sys.stderr,
             )
         try:
             _configure_and_close(plugin_class, config)

@@ -1,11 +1,13 @@
-"""What both conformance suites share: capabilities with reasons, and configuring the plugin.
+"""What the conformance suites share: capabilities with reasons, configuring the plugin, the guard.
 
 A suite finds the plugin class on the subclass (``plugin_class``) or, when run through
-``tierlog conformance`` / the pytest options, from the registry by name. Its configuration is,
-in order: the ``--tierlog-config key=value`` options; the subclass's ``config`` attribute; the
-plugin class's own ``conformance_config()`` classmethod. ``conformance_config()`` runs with
-``tempfile.tempdir`` pointed at the test's ``tmp_path``, so a plugin that makes a fresh
-temporary directory with ``tempfile.mkdtemp()`` gets one that pytest cleans up.
+``tierlog conformance`` / the pytest options, from the registry by name. Its configuration is the
+subclass's ``config`` attribute or else the plugin class's own ``conformance_config()``
+classmethod, with the ``--tierlog-config key=value`` options on top: a command line adjusts the
+configuration a plugin declares for the suite (a bucket, an endpoint) without having to repeat
+the rest of it. ``conformance_config()`` runs with ``tempfile.tempdir`` pointed at the test's
+``tmp_path``, so a plugin that makes a fresh temporary directory with ``tempfile.mkdtemp()`` gets
+one that pytest cleans up.
 """
 
 from __future__ import annotations
@@ -84,6 +86,13 @@ def plugin_conformance_config(plugin_class: type, tmp_path: Path) -> dict[str, s
         return {str(k): str(v) for k, v in dict(factory()).items()}
     finally:
         tempfile.tempdir = saved
+
+
+def overlay_config(
+    base: Mapping[str, str], given: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """``base`` with ``given`` on top, and the keys of ``base`` that ``given`` replaced."""
+    return {**base, **given}, sorted(set(base) & set(given))
 
 
 def resolve_plugin_class(kind: str, name: str, *, flag_prefix: str = "--tierlog-") -> type:
@@ -244,16 +253,16 @@ class SuiteBase:
         cls, pytest_config: pytest.Config, plugin_class: type, tmp_path: Path
     ) -> dict[str, str]:
         given = parse_config_options(pytest_config.getoption(CONFIG_OPTION, default=None))
-        if given is not None:
-            return given
-        if cls.config is not None:
-            return dict(cls.config)
-        declared = plugin_conformance_config(plugin_class, tmp_path)
-        if declared is None:
+        base = (
+            dict(cls.config)
+            if cls.config is not None
+            else plugin_conformance_config(plugin_class, tmp_path)
+        )
+        if base is None and given is None:
             pytest.fail(
                 f"{plugin_class.__qualname__} has no conformance_config() classmethod and no "
                 "configuration was given: pass --tierlog-config key=value or set `config` on "
                 f"{cls.__name__}",
                 pytrace=False,
             )
-        return declared
+        return overlay_config(base or {}, given or {})[0]

@@ -47,8 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="KEY=VALUE",
         action="append",
         default=None,
-        help="configuration passed to the plugin's configure() (repeatable); without it the "
-        "plugin's conformance_config() is used",
+        help="configuration passed to the plugin's configure() (repeatable), on top of the "
+        "plugin's conformance_config() (or the test class's `config`)",
     )
 
 

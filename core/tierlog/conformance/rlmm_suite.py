@@ -25,11 +25,12 @@ reference model written from Kafka's ``RemoteLogMetadataCache``.
 How the RLMM is driven
 ----------------------
 Like Kafka's RemoteLogManager drives it: the class is constructed with no arguments,
-``configure``d once (``conformance_config()``, the suite's ``config`` or ``--tierlog-config``),
-given its partitions with ``on_partition_leadership_changes`` (the suite then waits for
-``is_ready``, as the RLM's tasks do), and closed at teardown. A "restart" closes the instance and
-builds a new one with the same configuration. Every test uses partitions with fresh random topic
-ids, so a configuration that points at a shared backend works too.
+``configure``d once (``conformance_config()`` or the suite's ``config``, with
+``--tierlog-config`` keys on top), given its partitions with ``on_partition_leadership_changes``
+(the suite then waits for ``is_ready``, as the RLM's tasks do), and closed at teardown. A
+"restart" closes the instance and builds a new one with the same configuration. Every test uses
+partitions with fresh random topic ids, so a configuration that points at a shared backend works
+too.
 
 Capabilities
 ------------

@@ -10,8 +10,8 @@ tests and langchain-tests work the same way)::
         plugin_class = MyStorage
 
 The suite builds the plugin as Kafka does (``cls()``, then ``configure(config)``), with the
-configuration from ``--tierlog-config``, the subclass's ``config`` or the plugin's
-``conformance_config()``. Segment files are random bytes of the right shapes, distinct per file
+subclass's ``config`` or the plugin's ``conformance_config()``, and ``--tierlog-config`` keys on
+top. Segment files are random bytes of the right shapes, distinct per file
 and per segment, so a plugin that serves one file for another fails; the RSM must never
 interpret them.
 
