@@ -91,7 +91,8 @@ def _parse_hex(text: str) -> bytes:
 
 def run_decode(args: argparse.Namespace) -> int:
     from tierlog.metadata.formatter import format_record
-    from tierlog.metadata.serde import decode_record, record_to_json
+    from tierlog.metadata.json_codec import record_to_json
+    from tierlog.metadata.serde import decode_record
 
     decoded = decode_record(_parse_hex(_read_argument(args.value)))
     if args.format == "kafka":
@@ -102,7 +103,8 @@ def run_decode(args: argparse.Namespace) -> int:
 
 
 def run_encode(args: argparse.Namespace) -> int:
-    from tierlog.metadata.serde import encode_record, record_from_json
+    from tierlog.metadata.json_codec import record_from_json
+    from tierlog.metadata.serde import encode_record
 
     text = _read_argument(args.value)
     try:
