@@ -71,7 +71,7 @@ def test_a_small_quickstart_tiers_verifies_expires_and_leaves_a_config_for_serve
         assert node.topics()[TOPIC]["configs"]["remote.storage.enable"] == "true"
         earliest = node.list_offsets(TOPIC, 0, "earliest")
         assert earliest is not None and earliest.offset == final.log_start_offset
-        first = node.fetch(TOPIC, 0, final.log_start_offset)
+        first = node.fetch(TOPIC, 0, final.log_start_offset, timeout_s=120)
         assert first.from_remote
         assert first.records[0].key == f"0-{final.log_start_offset}".encode()
 

@@ -75,6 +75,8 @@ def node(tmp_path: Path, rsm: FlakyStorage) -> Iterator[Node]:
             "remote.log.storage.system.enable": "true",
             "auto.create.topics.enable": "false",
             "num.partitions": "2",
+            # No expiry of a remote read slowed by a loaded machine (test_remote_timeouts.py).
+            "remote.fetch.max.wait.ms": "120000",
         }
     )
     with Node(config, rsm=rsm) as n:

@@ -62,6 +62,9 @@ def node_props(tmp_path: Path, **extra: object) -> dict[str, object]:
         "remote.log.storage.system.enable": "true",
         "remote.log.manager.task.interval.ms": HOUR_MS,
         "log.retention.check.interval.ms": HOUR_MS,
+        # A remote read slowed by a loaded machine must not expire into an empty answer here:
+        # expiry has its own tests (test_remote_timeouts.py).
+        "remote.fetch.max.wait.ms": "120000",
     }
     props.update({k.replace("_", "."): v for k, v in extra.items()})
     return props

@@ -51,6 +51,9 @@ EXPECTED_SAMPLE_NAMES = {
     # kafka.log.remote:type=RemoteStorageThreadPool
     POOL + "remotelogreadertaskqueuesize",
     POOL + "remotelogreaderavgidle_percent",
+    # Expiry meters of the delayed remote operations
+    "kafka_server_delayedremotefetchmetrics_expires_total",
+    "kafka_server_delayedremotelistoffsetsmetrics_expires_total",
     # Kafka-metrics attributes (RLMQuotaMetrics, RLMQuotaManager)
     "kafka_server_remotelogmanager_remote_copy_throttle_time_avg",
     "kafka_server_remotelogmanager_remote_copy_throttle_time_max",
@@ -109,6 +112,8 @@ def record_everything(metrics: RemoteStorageMetrics) -> None:
     metrics.register_gauge_callback("RemoteLogReaderAvgIdlePercent", {}, lambda: 0.5)
     metrics.bind_quota(RLMQuotaManager("RLMCopy", 100))
     metrics.bind_quota(RLMQuotaManager("RLMFetch", 100))
+    metrics.record_remote_fetch_expired()
+    metrics.record_remote_list_offsets_expired("orders", 0)
 
 
 # Names -----------------------------------------------------------------------------------------
@@ -128,7 +133,7 @@ def test_every_kafka_metric_is_exposed_under_its_dashboard_name(
 
 def test_catalogue_keeps_the_kafka_mbean_next_to_each_name() -> None:
     by_kafka = {spec.kafka_name: spec for spec in METRICS}
-    assert len({spec.mbean for spec in METRICS}) == len(METRICS) == 29
+    assert len({spec.mbean for spec in METRICS}) == len(METRICS) == 31
     spec = by_kafka["RemoteFetchBytesPerSec"]
     assert spec.mbean == (
         "kafka.server:type=BrokerTopicMetrics,name=RemoteFetchBytesPerSec,topic=<topic>"
@@ -271,6 +276,32 @@ def test_instances_do_not_share_state() -> None:
     assert value(series(first.expose()), BTM + "remotecopybytes_total") == 1000
     # Nothing leaks into prometheus_client's process-wide default registry either.
     assert b"brokertopicmetrics" not in generate_latest(REGISTRY)
+
+
+def test_expired_remote_operations_are_counted_as_kafka_does(
+    metrics: RemoteStorageMetrics,
+) -> None:
+    fetch = "kafka_server_delayedremotefetchmetrics_expires_total"
+    list_offsets = "kafka_server_delayedremotelistoffsetsmetrics_expires_total"
+    scraped = series(metrics.expose())
+    assert value(scraped, fetch) == 0 and value(scraped, list_offsets) == 0  # registered eagerly
+    metrics.record_remote_fetch_expired()
+    metrics.record_remote_fetch_expired()
+    metrics.record_remote_list_offsets_expired("orders", 1)
+    metrics.record_remote_list_offsets_expired("orders", 1)
+    metrics.record_remote_list_offsets_expired("payments", 0)
+    scraped = series(metrics.expose())
+    # DelayedRemoteFetchMetrics has one meter; DelayedRemoteListOffsetsMetrics one in all and
+    # one per partition.
+    assert value(scraped, fetch) == 2
+    assert [labels for name, labels in scraped if name == fetch] == [frozenset()]
+    assert value(scraped, list_offsets) == 3
+    assert value(scraped, list_offsets, topic="orders", partition="1") == 2
+    assert value(scraped, list_offsets, topic="payments", partition="0") == 1
+    metrics.remove_topic("orders")
+    scraped = series(metrics.expose())
+    assert (list_offsets, frozenset({("topic", "orders"), ("partition", "1")})) not in scraped
+    assert value(scraped, list_offsets) == 3
 
 
 # Callbacks, timer, quotas ----------------------------------------------------------------------

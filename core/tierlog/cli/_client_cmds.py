@@ -24,7 +24,8 @@ one partition per request).
 ``consume`` reads like ``kafka-console-consumer``: from the end unless ``--from-beginning`` or
 ``--offset N`` (which needs ``--partition``), every partition unless ``--partition``. It reads
 with plain fetches, below the local log start through the node's remote storage read path,
-backing off when the node says to (remote fetch quota, a retriable remote storage error). It
+backing off when the node says to (remote fetch quota, a retriable remote storage error) and
+fetching again when a remote read expired on the node (``remote.fetch.max.wait.ms``). It
 stops once every partition is read up to its high watermark (the last stable offset for
 ``read_committed``), or after ``--max-records``; ``--follow`` keeps polling instead. ``text``
 prints each value (``null`` for none), ``json`` one object per record with partition, offset,
@@ -256,6 +257,17 @@ def run_consume(args: argparse.Namespace) -> int:
                 if retries > _MAX_RETRIES:
                     raise
                 time.sleep(1.0)
+                continue
+            if result.remote_fetch_expired:
+                # The node's remote read outlived remote.fetch.max.wait.ms: not the end of the
+                # partition, fetch the same offset again (a bounded number of times in a row).
+                retries += 1
+                if retries > _MAX_RETRIES:
+                    raise RetriableRemoteStorageException(
+                        f"the remote reads of {args.topic}-{p} at offset {positions[p]} expired "
+                        f"{retries - 1} times in a row (remote.fetch.max.wait.ms on the node)"
+                    )
+                time.sleep(0.1)
                 continue
             retries = 0
             if result.throttled:

@@ -544,7 +544,8 @@ def _wait_for_tiering(
 def _fetch(
     node: Node, partition: int, offset: int, deadline: float, max_bytes: int = FETCH_MAX_BYTES
 ) -> FetchResult:
-    """``Node.fetch`` retried while remote reads are shed (quota) or metadata is not ready."""
+    """``Node.fetch`` retried while remote reads are shed (quota) or expire, or metadata is not
+    ready."""
     while True:
         try:
             fetched = node.fetch(TOPIC, partition, offset, max_bytes=max_bytes, timeout_s=60)
@@ -553,7 +554,8 @@ def _fetch(
                 raise
             time.sleep(0.1)
             continue
-        if not fetched.throttled or time.monotonic() > deadline:
+        retry = fetched.throttled or fetched.remote_fetch_expired
+        if not retry or time.monotonic() > deadline:
             return fetched
         time.sleep(0.05)
 
@@ -584,7 +586,7 @@ def _consume(
                 )
                 break
             elapsed = time.monotonic() - t0
-            if fetched.from_remote and not fetched.throttled:
+            if fetched.from_remote and not (fetched.throttled or fetched.remote_fetch_expired):
                 result.remote_fetches += 1
                 result.remote_bytes_read += len(fetched.batches)
                 result.remote_read_s += elapsed

@@ -58,6 +58,7 @@ from tierlog.node.node import (
     ProduceInput,
     ProduceResult,
     ProducerRecord,
+    RequestTimedOutError,
     TopicExistsError,
     UnknownTopicError,
     decode_fetched,
@@ -136,6 +137,7 @@ _ERRORS: Final[dict[str, Callable[[str], TierlogError]]] = {
         RemoteStorageNotReadyException,
         RemoteResourceNotFoundException,
         RemoteReadRejectedError,
+        RequestTimedOutError,
     )
 }
 """Error types rebuilt from their name: those whose constructor takes just the message."""
@@ -386,7 +388,9 @@ class TierlogClient:
         isolation: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
     ) -> FetchResult:
         """``Node.fetch``: the records from ``offset`` (remote storage below the local log start
-        is read by the node); ``throttled`` with no records when the remote quota is used up."""
+        is read by the node); ``throttled`` with no records when the remote quota is used up,
+        ``remote_fetch_expired`` with no records when the node's remote read took longer than
+        its ``remote.fetch.max.wait.ms`` (fetch again)."""
         answer = self._request(
             "GET",
             self._partition_path(topic, partition) + "/records",
@@ -421,6 +425,7 @@ class TierlogClient:
             throttled=h.get("X-Tierlog-Throttled") == "true",
             batches=answer.body,
             aborted_transactions=aborted,
+            remote_fetch_expired=h.get("X-Tierlog-Remote-Fetch-Expired") == "true",
         )
 
     def list_offsets(

@@ -42,20 +42,25 @@ at least one batch is returned if there is one), ``isolation`` to ``read_uncommi
 UTF-8: ask ``base64`` for binary data. The answer is ``{"topic", "partition", "records":
 [{"offset", "timestamp", "key", "value", "headers": [[k, v], ...]}], "next_offset",
 "high_watermark", "last_stable_offset", "log_start_offset", "local_log_start_offset",
-"from_remote", "throttled"}``. Below the local log start the node reads remote storage; when the
-remote fetch quota is exhausted the answer is empty with ``throttled`` true (retry later). With
+"from_remote", "throttled", "remote_fetch_expired", "encoding"}``. Below the local log start
+the node reads remote storage; when the remote fetch quota is exhausted the answer is empty with
+``throttled`` true (retry later); when the remote read does not complete within the node's
+``remote.fetch.max.wait.ms`` the answer is empty with ``remote_fetch_expired`` true (not an
+error, as Kafka answers an expired remote fetch: fetch the same offset again). With
 ``Accept: application/vnd.kafka.batches`` the body is instead the whole batches as stored (the
 first may start before ``offset``) and the offsets are headers: ``X-Tierlog-Next-Offset``,
 ``X-Tierlog-High-Watermark``, ``X-Tierlog-Last-Stable-Offset``, ``X-Tierlog-Log-Start-Offset``,
-``X-Tierlog-Local-Log-Start-Offset``, ``X-Tierlog-From-Remote``, ``X-Tierlog-Throttled``
-(``true``/``false``) and ``X-Tierlog-Aborted-Transactions`` (JSON ``[{"producer_id",
-"first_offset", "last_offset", "last_stable_offset"}]``, for ``read_committed`` decoding with
-``tierlog.node.node.decode_fetched``). That is cheaper for both sides: nothing is decoded or
-re-encoded, compressed batches stay compressed.
+``X-Tierlog-Local-Log-Start-Offset``, ``X-Tierlog-From-Remote``, ``X-Tierlog-Throttled``,
+``X-Tierlog-Remote-Fetch-Expired`` (``true``/``false``) and ``X-Tierlog-Aborted-Transactions``
+(JSON ``[{"producer_id", "first_offset", "last_offset", "last_stable_offset"}]``, for
+``read_committed`` decoding with ``tierlog.node.node.decode_fetched``). That is cheaper for both
+sides: nothing is decoded or re-encoded, compressed batches stay compressed.
 
 *Offsets.* ``{"topic", "partition", "offset", "timestamp", "leader_epoch"}``; ``offset`` is null
 when no record has a timestamp at or after ``timestamp``; ``latest-tiered`` is -1 when nothing is
-tiered yet (as Kafka answers).
+tiered yet (as Kafka answers). A search by timestamp whose remote part does not complete within
+``remote.list.offsets.request.timeout.ms`` is a 503 ``RequestTimedOutError`` (Kafka's
+``REQUEST_TIMED_OUT``), retriable.
 
 *Errors* are ``{"error": {"type": "UnknownTopicError", "message": "...", ...}}``, never a
 traceback (unexpected errors are logged on the node with theirs). ``type`` is the name of the
@@ -64,7 +69,8 @@ the JSON, the batches, a config value), 404 unknown topic or partition (or path)
 method (with ``Allow``), 409 topic exists, 411 no ``Content-Length`` on a body, 413 body over
 ``max_request_bytes`` or record too large, 415 unsupported ``Content-Type``, 416 offset out of
 range (the error carries ``log_start_offset``, ``high_watermark`` and ``log_end_offset``), 503
-remote storage not ready, a remote read rejected or timed out, or the node stopping (with
+remote storage not ready, a remote read rejected (reader pool full), a remote ListOffsets timed
+out, or the node stopping (with
 ``"retriable": true`` and ``Retry-After``), 500 anything else. Unknown or repeated query
 parameters are 400, not ignored: a misspelt ``ofset=`` must not silently read from the start.
 """
@@ -570,11 +576,6 @@ def _fetch(api: HttpApi, req: _Request) -> _Response:
         )
     except OffsetOutOfRangeError as e:
         raise _offset_range_error(api, topic, partition, e) from None
-    except TimeoutError:
-        raise RetriableRemoteStorageException(
-            f"the remote read of {topic}-{partition} at offset {offset} did not complete "
-            f"within {api.fetch_timeout_s:g} s"
-        ) from None
     if req.accepts(BATCHES_CONTENT_TYPE):
         headers = _fetch_headers(result)
         return _Response(HTTPStatus.OK, result.batches, BATCHES_CONTENT_TYPE, headers)
@@ -590,6 +591,7 @@ def _fetch(api: HttpApi, req: _Request) -> _Response:
             "local_log_start_offset": result.local_log_start_offset,
             "from_remote": result.from_remote,
             "throttled": result.throttled,
+            "remote_fetch_expired": result.remote_fetch_expired,
             "encoding": encoding,
         }
     )
@@ -613,6 +615,7 @@ def _fetch_headers(result: FetchResult) -> dict[str, str]:
         "X-Tierlog-Local-Log-Start-Offset": str(result.local_log_start_offset),
         "X-Tierlog-From-Remote": _bool_text(result.from_remote),
         "X-Tierlog-Throttled": _bool_text(result.throttled),
+        "X-Tierlog-Remote-Fetch-Expired": _bool_text(result.remote_fetch_expired),
         "X-Tierlog-Aborted-Transactions": json.dumps(aborted, separators=(",", ":")),
     }
 
@@ -906,6 +909,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
 class HttpApi:
     """The API of one ``Node`` on ``host:port`` (module docstring); ``start`` then ``close``.
 
+    ``fetch_timeout_s`` bounds the remote part of a fetch; None (the default) leaves it to the
+    node's ``remote.fetch.max.wait.ms``, as a Kafka broker does.
+
     The node is neither started nor closed here: ``tierlog serve`` closes this first (no new
     request reaches a closing node), then the node.
     """
@@ -917,7 +923,7 @@ class HttpApi:
         port: int = 0,
         *,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-        fetch_timeout_s: float = 30.0,
+        fetch_timeout_s: float | None = None,
         request_timeout_s: float = 60.0,
     ) -> None:
         if not 0 <= port <= 65535:

@@ -34,6 +34,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -73,6 +74,7 @@ from tierlog.spi import (
     RemoteLogMetadataManager,
     RemoteLogSegmentState,
     RemoteStorageManager,
+    RetriableRemoteStorageException,
     TierlogError,
     TopicIdPartition,
     TopicPartition,
@@ -89,6 +91,7 @@ __all__ = [
     "ProducerRecord",
     "OffsetSpec",
     "ProduceInput",
+    "RequestTimedOutError",
     "TopicExistsError",
     "UnknownTopicError",
     "decode_fetched",
@@ -117,6 +120,12 @@ class UnknownTopicError(TierlogError, LookupError):
 
 class TopicExistsError(InvalidArgumentError):
     """Kafka's ``TopicExistsException``: ``create_topic`` of a name the node already has."""
+
+
+class RequestTimedOutError(RetriableRemoteStorageException):
+    """Kafka's ``REQUEST_TIMED_OUT``: a request's remote-storage work did not complete within
+    its bound (ListOffsets by timestamp: ``remote.list.offsets.request.timeout.ms``). Retriable:
+    the same request may succeed once remote storage answers faster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +170,9 @@ class FetchResult:
     batches: bytes = field(default=b"", repr=False)
     """The whole batches as stored (Kafka's wire format), for clients that decode themselves."""
     aborted_transactions: tuple[AbortedTxn, ...] = ()
+    remote_fetch_expired: bool = False
+    """The remote read did not complete in time (``remote.fetch.max.wait.ms``): no records,
+    not an error; fetch the same offset again."""
 
 
 @dataclass(frozen=True)
@@ -742,6 +754,15 @@ class Node:
         when the remote fetch quota is exhausted the result is empty with ``throttled`` set (the
         caller retries later, as a Kafka consumer does). ``OffsetOutOfRangeError`` outside
         ``[log start, log end]``.
+
+        The remote read is waited for at most ``timeout_s`` or, by default,
+        ``remote.fetch.max.wait.ms`` (Kafka's ``DelayedRemoteFetch``). A read not done by then
+        is abandoned, as Kafka expires the delayed fetch: cancelled if it has not started on the
+        reader pool (one already running is left to finish, its result dropped), and the
+        answer is an empty result with ``remote_fetch_expired`` set: no records for this
+        partition, *not an error*, so that a slow remote store delays a consumer instead of
+        failing it; the consumer fetches the same offset again. Each expiry is counted in
+        ``kafka.server:type=DelayedRemoteFetchMetrics,name=ExpiresPerSec`` (``/metrics``).
         """
         part = self._partition(topic, partition)
         log = part.log
@@ -762,7 +783,25 @@ class Node:
                     isolation=isolation,
                 )
             )
-            info = trim_partial_batch(future.result(timeout=timeout_s))
+            wait_s = (
+                self.config.rlm.remote_fetch_max_wait_ms / 1000 if timeout_s is None else timeout_s
+            )
+            # ``wait`` rather than ``result(timeout=)``: a TimeoutError raised by the read itself
+            # must stay the read's error, not pass for an expiry.
+            done, _ = futures_wait([future], timeout=wait_s)
+            if not done:
+                cancelled = future.cancel()
+                self.metrics.record_remote_fetch_expired()
+                _LOG.debug(
+                    "The remote read of %s at offset %d did not complete within %g s: answered "
+                    "with no records (%s)",
+                    part.tp,
+                    offset,
+                    wait_s,
+                    "cancelled before it started" if cancelled else "left to finish, unused",
+                )
+                return self._result(part, offset, None, remote=True, expired=True)
+            info = trim_partial_batch(future.result())
             remote = True
         committed = isolation == "read_committed"
         return self._result(part, offset, info, remote=remote, committed=committed)
@@ -775,6 +814,7 @@ class Node:
         *,
         remote: bool,
         throttled: bool = False,
+        expired: bool = False,
         committed: bool = False,
     ) -> FetchResult:
         log = part.log
@@ -794,6 +834,7 @@ class Node:
             throttled=throttled,
             batches=data,
             aborted_transactions=aborted,
+            remote_fetch_expired=expired,
         )
 
     def list_offsets(
@@ -801,8 +842,15 @@ class Node:
     ) -> TimestampAndOffset | None:
         """Kafka's ListOffsets: ``earliest``, ``latest``, ``earliest-local``, ``latest-tiered``
         or a timestamp (ms): the first offset whose record timestamp is >= it (None if none).
+
         By timestamp, remote segments are searched first (``RemoteLogManager``), then the local
-        log."""
+        log. The remote search runs on the RLM's reader pool, as Kafka's
+        ``DelayedRemoteListOffsets`` does, and is waited for at most
+        ``remote.list.offsets.request.timeout.ms``: past it, the search is cancelled if it has
+        not started, the expiry is counted in
+        ``kafka.server:type=DelayedRemoteListOffsetsMetrics,name=ExpiresPerSec``, and
+        ``RequestTimedOutError`` is raised (Kafka answers ``REQUEST_TIMED_OUT``).
+        """
         part = self._partition(topic, partition)
         log = part.log
         if spec == "earliest":
@@ -821,12 +869,33 @@ class Node:
                 f"timestamp >= 0, got {spec!r}"
             )
         if self.rlm is not None and log.remote_log_enabled:
-            found = self.rlm.find_offset_by_timestamp(part.tp, spec, log.log_start_offset)
+            found = self._remote_offset_for_timestamp(self.rlm, part, spec)
             if found is not None:
                 return found
             # No remote segment reaches the timestamp: the local segments may (Kafka's
             # fetchOffsetByTimestamp searches the local log after the remote one).
         return log.fetch_offset_by_timestamp(spec)
+
+    def _remote_offset_for_timestamp(
+        self, rlm: RemoteLogManager, part: _Partition, timestamp: int
+    ) -> TimestampAndOffset | None:
+        """``RemoteLogManager.find_offset_by_timestamp`` on the reader pool, bounded by
+        ``remote.list.offsets.request.timeout.ms`` (``list_offsets``)."""
+        start = part.log.log_start_offset
+        future = rlm.reader_pool.submit_task(
+            lambda: rlm.find_offset_by_timestamp(part.tp, timestamp, start)
+        )
+        timeout_ms = self.config.rlm.remote_list_offsets_request_timeout_ms
+        done, _ = futures_wait([future], timeout=timeout_ms / 1000)
+        if not done:
+            future.cancel()  # a search already running cannot be interrupted: it is dropped
+            self.metrics.record_remote_list_offsets_expired(part.tp.topic, part.tp.partition)
+            raise RequestTimedOutError(
+                f"ListOffsets for timestamp {timestamp} of {part.tp.topic}-{part.tp.partition}: "
+                f"the remote search did not complete within {timeout_ms} ms "
+                "(remote.list.offsets.request.timeout.ms)"
+            )
+        return future.result()
 
     # Housekeeping --------------------------------------------------------------------------------
     def run_local_retention(self) -> int:

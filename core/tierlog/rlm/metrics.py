@@ -75,6 +75,10 @@ The mapping, Kafka MBean first (``[..]`` marks the all-topics form without the k
   -> ``kafka_log_remote_remotestoragethreadpool_remotelogreadertaskqueuesize``
 - ``kafka.log.remote:type=RemoteStorageThreadPool,name=RemoteLogReaderAvgIdlePercent``
   -> ``kafka_log_remote_remotestoragethreadpool_remotelogreaderavgidle_percent``
+- ``kafka.server:type=DelayedRemoteFetchMetrics,name=ExpiresPerSec``
+  -> ``kafka_server_delayedremotefetchmetrics_expires_total``
+- ``kafka.server:type=DelayedRemoteListOffsetsMetrics,name=ExpiresPerSec[,topic=t,partition=p]``
+  -> ``kafka_server_delayedremotelistoffsetsmetrics_expires_total{[topic,partition]}``
 - ``kafka.server:type=RemoteLogManager, attribute remote-copy-throttle-time-avg``
   -> ``kafka_server_remotelogmanager_remote_copy_throttle_time_avg``
 - ``kafka.server:type=RemoteLogManager, attribute remote-copy-throttle-time-max``
@@ -262,6 +266,34 @@ _READER_FETCH = _yammer(
 )
 
 
+_DELAYED_OPERATION_METERS: dict[str, MetricSpec] = {
+    spec.mbean.split(",")[0]: spec
+    for spec in (
+        _yammer(
+            "kafka.server",
+            "DelayedRemoteFetchMetrics",
+            "ExpiresPerSec",
+            "counter",
+            labels=(),
+            doc="Remote fetches not done within remote.fetch.max.wait.ms, answered with no records",
+        ),
+        _yammer(
+            "kafka.server",
+            "DelayedRemoteListOffsetsMetrics",
+            "ExpiresPerSec",
+            "counter",
+            labels=("topic", "partition"),
+            doc="Remote ListOffsets not done within remote.list.offsets.request.timeout.ms, "
+            "answered REQUEST_TIMED_OUT",
+        ),
+    )
+}
+"""The expiry meters of Kafka's delayed remote operations, keyed by MBean type: an all-topics
+count and, where Kafka has them, one per partition (``topic``, ``partition``)."""
+_EXPIRED_FETCH = "kafka.server:type=DelayedRemoteFetchMetrics"
+_EXPIRED_LIST_OFFSETS = "kafka.server:type=DelayedRemoteListOffsetsMetrics"
+
+
 def _kafka_metric(group: str, attribute: str, doc: str) -> MetricSpec:
     """A Kafka-metrics (not Yammer) attribute of ``kafka.server:type=<group>``."""
     mbean = f"kafka.server:type={group}"
@@ -297,6 +329,7 @@ METRICS: tuple[MetricSpec, ...] = (
     *BROKER_TOPIC_METERS.values(),
     *BROKER_TOPIC_GAUGES.values(),
     *_LABELLED_GAUGES.values(),
+    *_DELAYED_OPERATION_METERS.values(),
     _READER_FETCH,
     *(spec for specs in _QUOTA_SPECS.values() for spec in specs),
 )
@@ -346,6 +379,10 @@ class RemoteStorageMetrics:
         }
         self._labelled: dict[str, dict[tuple[tuple[str, str], ...], GaugeValue]] = {
             name: {} for name in _LABELLED_GAUGES
+        }
+        self._delayed_all: dict[str, float] = dict.fromkeys(_DELAYED_OPERATION_METERS, 0.0)
+        self._delayed_labelled: dict[str, dict[tuple[tuple[str, str], ...], float]] = {
+            key: {} for key in _DELAYED_OPERATION_METERS
         }
         self._bucket_bounds = bounds
         self._bucket_counts = [0] * (len(bounds) + 1)  # the last one is +Inf
@@ -460,6 +497,24 @@ class RemoteStorageMetrics:
     def record_aux_state_error(self, topic: str) -> None:
         """Rebuilding the aux state failed (``BuildRemoteLogAuxStateErrorsPerSec``)."""
         self._mark(topic, "BuildRemoteLogAuxStateErrorsPerSec", 1)
+
+    def record_remote_fetch_expired(self) -> None:
+        """A fetch's remote read did not complete within ``remote.fetch.max.wait.ms`` and the
+        fetch was answered without its records (Kafka's ``DelayedRemoteFetch.onExpiration``:
+        ``kafka.server:type=DelayedRemoteFetchMetrics,name=ExpiresPerSec``)."""
+        with self._lock:
+            self._delayed_all[_EXPIRED_FETCH] += 1
+
+    def record_remote_list_offsets_expired(self, topic: str, partition: int) -> None:
+        """A ListOffsets by timestamp did not complete its remote search within
+        ``remote.list.offsets.request.timeout.ms`` (Kafka's
+        ``DelayedRemoteListOffsetsMetrics.recordExpiration``: the all-partitions meter and the
+        partition's)."""
+        key = _partition_labels(topic, partition)
+        with self._lock:
+            self._delayed_all[_EXPIRED_LIST_OFFSETS] += 1
+            per_partition = self._delayed_labelled[_EXPIRED_LIST_OFFSETS]
+            per_partition[key] = per_partition.get(key, 0.0) + 1
 
     def _mark(self, topic: str, name: str, amount: float) -> None:
         if amount < 0:
@@ -601,6 +656,9 @@ class RemoteStorageMetrics:
                 labelled = self._labelled[name]
                 for label_key in [k for k in labelled if dict(k).get("topic") == topic]:
                     del labelled[label_key]
+            for per_partition in self._delayed_labelled.values():
+                for label_key in [k for k in per_partition if dict(k).get("topic") == topic]:
+                    del per_partition[label_key]
 
     # Exposition -----------------------------------------------------------------------------------
     def expose(self) -> bytes:
@@ -634,6 +692,8 @@ class RemoteStorageMetrics:
             topics = set(self._topics)
             partition_gauges = {name: dict(v) for name, v in self._partition_gauges.items()}
             labelled = {name: dict(v) for name, v in self._labelled.items()}
+            delayed_all = dict(self._delayed_all)
+            delayed_labelled = {key: dict(v) for key, v in self._delayed_labelled.items()}
             bucket_counts = list(self._bucket_counts)
             fetch_sum = self._fetch_time_sum_ms
             quotas = dict(self._quotas)
@@ -665,6 +725,14 @@ class RemoteStorageMetrics:
                 resolved = _resolve(labelled[name][label_key], name)
                 if resolved is not None:
                     family.add_sample(spec.prometheus, dict(label_key), resolved)
+            families.append(family)
+
+        for key, spec in _DELAYED_OPERATION_METERS.items():
+            family = Metric(spec.prometheus, spec.help, "counter")
+            sample = spec.prometheus + "_total"
+            family.add_sample(sample, {}, delayed_all[key])
+            for label_key in sorted(delayed_labelled[key]):
+                family.add_sample(sample, dict(label_key), delayed_labelled[key][label_key])
             families.append(family)
 
         cumulative = 0
