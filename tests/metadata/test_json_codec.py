@@ -51,6 +51,43 @@ def test_worked_example_json() -> None:
     }
 
 
+SEGMENT_FIELDS = [
+    "startOffset",
+    "endOffset",
+    "brokerId",
+    "maxTimestampMs",
+    "eventTimestampMs",
+    "segmentLeaderEpochs",
+    "segmentSizeInBytes",
+    "customMetadata",
+    "remoteLogSegmentState",
+    "txnIndexEmpty",
+]
+
+
+def test_keys_come_in_schema_order() -> None:
+    """``decode`` prints the keys in this order (json.dumps keeps it): the schema's, the id
+    first, the record's header before and its unknown tags after."""
+    segment = record_to_json(decode_record(WORKED))
+    assert list(segment) == [
+        "apiKey",
+        "version",
+        "type",
+        "remoteLogSegmentId",
+        *SEGMENT_FIELDS,
+        "unknownTaggedFields",
+    ]
+    snapshot = record_to_json(decode_record(bytes.fromhex(KAFKA_VECTORS[6][1])))
+    assert list(snapshot) == [
+        "apiKey",
+        "version",
+        "type",
+        "segmentId",
+        *SEGMENT_FIELDS,
+        "unknownTaggedFields",
+    ]
+
+
 def test_json_of_the_other_record_types() -> None:
     update = record_to_json(decode_record(bytes.fromhex(KAFKA_VECTORS[4][1])))
     assert update == {

@@ -92,6 +92,24 @@ def _epochs_json(epochs: Mapping[int, int]) -> list[JsonObject]:
     return [{"leaderEpoch": epoch, "offset": offset} for epoch, offset in epochs.items()]
 
 
+def _segment_fields_json(
+    value: RemoteLogSegmentMetadata | RemoteLogSegmentMetadataSnapshot,
+) -> JsonObject:
+    """The fields a segment's record and a snapshot entry share, after their ids, in order."""
+    return {
+        "startOffset": value.start_offset,
+        "endOffset": value.end_offset,
+        "brokerId": value.broker_id,
+        "maxTimestampMs": value.max_timestamp_ms,
+        "eventTimestampMs": value.event_timestamp_ms,
+        "segmentLeaderEpochs": _epochs_json(value.segment_leader_epochs),
+        "segmentSizeInBytes": value.segment_size_in_bytes,
+        "customMetadata": _custom_json(value.custom_metadata),
+        "remoteLogSegmentState": value.state.name,
+        "txnIndexEmpty": value.txn_idx_empty,
+    }
+
+
 def record_to_json(decoded: DecodedRecord) -> JsonObject:
     """The JSON form of ``decoded`` (see the module docstring); ``json.dumps`` can write it."""
     value = decoded.value
@@ -101,19 +119,8 @@ def record_to_json(decoded: DecodedRecord) -> JsonObject:
         "type": decoded.type_name,
     }
     if isinstance(value, RemoteLogSegmentMetadata):
-        out.update(
-            remoteLogSegmentId=_segment_id_json(value.remote_log_segment_id),
-            startOffset=value.start_offset,
-            endOffset=value.end_offset,
-            brokerId=value.broker_id,
-            maxTimestampMs=value.max_timestamp_ms,
-            eventTimestampMs=value.event_timestamp_ms,
-            segmentLeaderEpochs=_epochs_json(value.segment_leader_epochs),
-            segmentSizeInBytes=value.segment_size_in_bytes,
-            customMetadata=_custom_json(value.custom_metadata),
-            remoteLogSegmentState=value.state.name,
-            txnIndexEmpty=value.txn_idx_empty,
-        )
+        out["remoteLogSegmentId"] = _segment_id_json(value.remote_log_segment_id)
+        out.update(_segment_fields_json(value))
     elif isinstance(value, RemoteLogSegmentMetadataUpdate):
         out.update(
             remoteLogSegmentId=_segment_id_json(value.remote_log_segment_id),
@@ -130,19 +137,8 @@ def record_to_json(decoded: DecodedRecord) -> JsonObject:
             remotePartitionDeleteState=value.state.name,
         )
     else:
-        out.update(
-            segmentId=str(value.segment_id),
-            startOffset=value.start_offset,
-            endOffset=value.end_offset,
-            brokerId=value.broker_id,
-            maxTimestampMs=value.max_timestamp_ms,
-            eventTimestampMs=value.event_timestamp_ms,
-            segmentLeaderEpochs=_epochs_json(value.segment_leader_epochs),
-            segmentSizeInBytes=value.segment_size_in_bytes,
-            customMetadata=_custom_json(value.custom_metadata),
-            remoteLogSegmentState=value.state.name,
-            txnIndexEmpty=value.txn_idx_empty,
-        )
+        out["segmentId"] = str(value.segment_id)
+        out.update(_segment_fields_json(value))
     out["unknownTaggedFields"] = [
         {"tag": tag, "data": data.hex()} for tag, data in decoded.unknown_tagged_fields
     ]
@@ -314,15 +310,24 @@ def _epochs_from_json(fields: _JsonFields) -> dict[int, int]:
     return epochs
 
 
-def _segment_from_json(fields: _JsonFields) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        _segment_id_from_json(fields.nested("remoteLogSegmentId")),
+def _segment_span_from_json(fields: _JsonFields) -> tuple[int, int, int, int, int, int]:
+    """The fields a segment's record and a snapshot entry share after their ids, in the order
+    both models take them: StartOffset, EndOffset, MaxTimestampMs, BrokerId, EventTimestampMs,
+    SegmentSizeInBytes."""
+    return (
         fields.get_int("startOffset", "int64"),
         fields.get_int("endOffset", "int64"),
         fields.get_int("maxTimestampMs", "int64"),
         fields.get_int("brokerId", "int32"),
         fields.get_int("eventTimestampMs", "int64"),
         fields.get_int("segmentSizeInBytes", "int32"),
+    )
+
+
+def _segment_from_json(fields: _JsonFields) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        _segment_id_from_json(fields.nested("remoteLogSegmentId")),
+        *_segment_span_from_json(fields),
         _epochs_from_json(fields),
         fields.custom_metadata(),
         fields.get_state("remoteLogSegmentState", RemoteLogSegmentState),
@@ -352,12 +357,7 @@ def _partition_delete_from_json(fields: _JsonFields) -> RemotePartitionDeleteMet
 def _snapshot_from_json(fields: _JsonFields) -> RemoteLogSegmentMetadataSnapshot:
     return RemoteLogSegmentMetadataSnapshot(
         fields.get_uuid("segmentId"),
-        fields.get_int("startOffset", "int64"),
-        fields.get_int("endOffset", "int64"),
-        fields.get_int("maxTimestampMs", "int64"),
-        fields.get_int("brokerId", "int32"),
-        fields.get_int("eventTimestampMs", "int64"),
-        fields.get_int("segmentSizeInBytes", "int32"),
+        *_segment_span_from_json(fields),
         fields.custom_metadata(),
         fields.get_state("remoteLogSegmentState", RemoteLogSegmentState),
         _epochs_from_json(fields),
