@@ -51,7 +51,13 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "": {"backends", "errors", "size_mib", "memory_mib"},
     },
 }
-RSM_BACKEND_KEYS = {"upload", "fetch", "gets", "memory", "request_counts"}
+RSM_BACKEND_KEYS = {
+    "": {"upload", "fetch", "gets", "memory", "request_counts"},
+    "fetch": {"raw_mb_per_s", "rsm_mb_per_s", "ratio", "tuned", "tuning"},
+}
+RSM_TUNED_KEYS = {"peer", "raw_mb_per_s", "ratio"}
+RSM_TUNED = {"gcs", "azure"}
+"""The backends whose SDK downloads differently from the plugin by default (S3's does not)."""
 
 
 def run_quick(name: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -123,7 +129,12 @@ def test_rsm_quick_runs_every_backend_whose_server_is_installed(tmp_path: Path) 
             assert results["errors"][backend].startswith("server did not start")
             continue
         assert backend not in results["errors"], results["errors"][backend]
-        check_keys(results["backends"][backend], {"": RSM_BACKEND_KEYS})
+        check_keys(results["backends"][backend], RSM_BACKEND_KEYS)
+        tuned = results["backends"][backend]["fetch"]["tuned"]
+        if backend in RSM_TUNED:
+            check_keys(tuned, {"": RSM_TUNED_KEYS})
+        else:
+            assert tuned is None
 
 
 def test_quick_never_writes_to_bench_results() -> None:
