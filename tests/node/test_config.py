@@ -22,6 +22,7 @@ def test_defaults_are_kafkas_and_tierlogs() -> None:
     assert (c.http_host, c.http_port) == ("127.0.0.1", 8405)
     assert c.rlm.remote_log_storage_system_enable is False
     assert c.unknown_keys == ()
+    assert c.ignored_keys == ()
 
 
 def test_a_server_properties_file_with_overrides(tmp_path: Path) -> None:
@@ -47,6 +48,7 @@ def test_a_server_properties_file_with_overrides(tmp_path: Path) -> None:
     assert topic.segment_bytes == 2097152  # the topic override wins
     assert topic.retention_ms == 3_600_000  # log.retention.hours, in ms
     assert c.unknown_keys == ()  # process.roles is a known broker key a node ignores
+    assert c.ignored_keys == ("process.roles",)  # ... and reports as having no effect
     assert NodeConfig.from_props(c.to_properties()).topic_config().retention_ms == 3_600_000
 
 
@@ -95,3 +97,68 @@ def test_errors_from_a_file_name_the_file(tmp_path: Path) -> None:
 def test_broker_id_is_accepted_for_node_id() -> None:
     assert NodeConfig.from_props({"broker.id": "7"}).node_id == 7
     assert NodeConfig.from_props({"node.id": "7", "broker.id": "7"}).node_id == 7
+
+
+# Each key has one reader -------------------------------------------------------------------------
+def test_node_level_local_retention_and_copy_lag_reach_the_topics() -> None:
+    """``log.local.retention.*`` and ``log.remote.copy.lag.*`` (keys of Kafka's
+    RemoteLogManagerConfig) are the broker defaults a topic's LogConfig applies."""
+    c = NodeConfig.from_props(
+        {
+            "remote.log.storage.system.enable": "true",
+            "log.retention.bytes": "100000000",
+            "log.local.retention.bytes": "4096",
+            "log.local.retention.ms": "60000",
+            "log.remote.copy.lag.bytes": "1024",
+            "log.remote.copy.lag.ms": "1000",
+        }
+    )
+    assert (c.unknown_keys, c.ignored_keys) == ((), ())
+    topic = c.topic_config({"remote.storage.enable": "true"})
+    assert topic.effective_local_retention_bytes == 4096
+    assert topic.effective_local_retention_ms == 60000
+    assert topic.effective_remote_copy_lag_bytes() == 1024
+    assert topic.effective_remote_copy_lag_ms() == 1000
+    assert c.topic_config({"local.retention.bytes": "8192"}).local_retention_bytes == 8192
+    with pytest.raises(ConfigError, match=r"log\.local\.retention\.bytes: Value must be at least"):
+        NodeConfig.from_props({"log.local.retention.bytes": "-3"})
+
+
+# Accepted but ignored ----------------------------------------------------------------------------
+def test_accepted_but_ignored_keys_are_reported_with_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    props = {
+        "process.roles": "broker",  # a Kafka broker key a single node has no use for
+        "remote.log.storage.manager.class.path": "/opt/rsm/*",  # the RLM's
+        "compression.type": "zstd",  # the broker default of an ignored topic key
+        "log.cleaner.delete.retention.ms": "1000",  # idem, under another name
+        "log.cleanup.policy": "compact,delete",  # an ignored item of a used key
+        "log.segment.bytes": "1048576",  # used: not reported
+        "log.local.retention.bytes": "4096",  # used: not reported
+    }
+    with caplog.at_level(logging.WARNING, logger="tierlog.node.config"):
+        c = NodeConfig.from_props(props, source="server.properties")
+    ignored = (
+        "compression.type",
+        "log.cleaner.delete.retention.ms",
+        "log.cleanup.policy=compact",
+        "process.roles",
+        "remote.log.storage.manager.class.path",
+    )
+    assert c.ignored_keys == ignored
+    assert c.unknown_keys == ()
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(messages) == len(ignored)
+    for setting, message in zip(ignored, messages, strict=True):
+        assert message.startswith(
+            f"The configuration {setting} was supplied in server.properties but has no effect: "
+        )
+    assert "not loaded from a class path" in messages[-1]
+    assert "KRaft" in messages[-2]
+    assert not any("log.segment.bytes" in m or "local.retention" in m for m in messages)
+
+
+def test_ignored_keys_are_not_errors_in_strict_mode() -> None:
+    c = NodeConfig.from_props({"listeners": "PLAINTEXT://:9092", "tierlog.config.strict": "true"})
+    assert c.ignored_keys == ("listeners",)

@@ -12,12 +12,13 @@ import logging
 
 import pytest
 
-from tierlog.log.log_config import BROKER_KEYS
+from tierlog.log.log_config import BROKER_KEYS, LogConfig
 from tierlog.properties import ConfigValueError, format_properties, parse_properties
 from tierlog.rlm.config import (
     DEFAULT_RLMM_PREFIX,
     DEFAULT_RSM_PREFIX,
     DEPRECATED_KEYS,
+    IGNORED_KEYS,
     KAFKA_DEFAULT_RLMM_CLASS_NAME,
     KEYS,
     RemoteLogManagerConfig,
@@ -64,7 +65,18 @@ KAFKA: dict[str, tuple[str, object, float | None, float | None]] = {
     # Deprecated since 4.2, still defined (atLeast(1), default 2).
     "remote.log.manager.thread.pool.size": ("INT", 2, 1, None),
 }
-NUMERIC = sorted(k for k, (t, *_rest) in KAFKA.items() if t in ("INT", "LONG", "DOUBLE"))
+LOG_DEFAULTS = frozenset(
+    {
+        "log.local.retention.ms",
+        "log.local.retention.bytes",
+        "log.remote.copy.lag.ms",
+        "log.remote.copy.lag.bytes",
+    }
+)
+"""Keys Kafka defines in RemoteLogManagerConfig that are broker defaults of topic configs: the
+topic's LogConfig reads them (BROKER_SYNONYMS), not the RLM, so that each key has one reader."""
+RLM_KEYS = {k: v for k, v in KAFKA.items() if k not in LOG_DEFAULTS}
+NUMERIC = sorted(k for k, (t, *_rest) in RLM_KEYS.items() if t in ("INT", "LONG", "DOUBLE"))
 NON_EMPTY_STRINGS = [
     "remote.log.storage.manager.impl.prefix",
     "remote.log.metadata.manager.impl.prefix",
@@ -82,7 +94,8 @@ def config_of(props: dict[str, object]) -> RemoteLogManagerConfig:
 
 # Keys and defaults ----------------------------------------------------------------------------
 def test_keys_are_kafkas() -> None:
-    assert set(KAFKA) == KEYS
+    assert set(RLM_KEYS) == KEYS
+    assert LOG_DEFAULTS <= BROKER_KEYS
     assert DEPRECATED_KEYS == {
         "remote.log.manager.thread.pool.size": "remote.log.manager.follower.thread.pool.size"
     }
@@ -90,7 +103,7 @@ def test_keys_are_kafkas() -> None:
 
 def test_every_default_is_kafkas_but_the_rlmm() -> None:
     props = RemoteLogManagerConfig().to_props()
-    for key, (_type, default, _lo, _hi) in KAFKA.items():
+    for key, (_type, default, _lo, _hi) in RLM_KEYS.items():
         if key in DEPRECATED_KEYS or key == "remote.log.metadata.manager.class.name":
             continue
         if default is None:
@@ -128,7 +141,8 @@ def test_a_kafka_server_properties_is_read() -> None:
         rsm.config.region=eu-west-1
         rlmm.config.remote.log.metadata.topic.replication.factor=1
     """
-    config = config_of(dict(parse_properties(text).values))
+    config, unknown = RemoteLogManagerConfig.from_props(dict(parse_properties(text).values))
+    assert unknown == ("log.local.retention.ms", "log.remote.copy.lag.bytes")  # LogConfig's
     assert config.remote_log_storage_system_enable is True
     assert (config.rsm_plugin, config.rlmm_plugin) == ("s3", "topic")
     assert config.remote_log_metadata_manager_listener_name == "PLAINTEXT"
@@ -175,6 +189,21 @@ def test_numeric_bounds_are_kafkas_and_errors_name_the_key(key: str) -> None:
 def test_int_and_long_are_bounded_like_java(key: str, too_big: int) -> None:
     with pytest.raises(ConfigValueError, match=f"for configuration {key}: Not a number of type"):
         RemoteLogManagerConfig.from_props({key: str(too_big)})
+
+
+@pytest.mark.parametrize("key", sorted(LOG_DEFAULTS))
+def test_the_log_defaults_kafka_defines_here_are_read_by_the_log_config(key: str) -> None:
+    """Kafka's default, bound and type of each, applied where the value is used: a topic's
+    LogConfig, whose errors name the broker key."""
+    kafka_type, default, minimum, _maximum = KAFKA[key]
+    assert (kafka_type, key in KEYS) == ("LONG", False)
+    assert minimum is not None
+    assert LogConfig.from_broker_defaults({}).to_props()[key.removeprefix("log.")] == default
+    LogConfig.from_broker_defaults({key: str(int(minimum))})
+    with pytest.raises(ConfigValueError, match=f"for configuration {key}: Value must be at least"):
+        LogConfig.from_broker_defaults({key: str(int(minimum) - 1)})
+    with pytest.raises(ConfigValueError, match=f"for configuration {key}: Not a number of type"):
+        LogConfig.from_broker_defaults({key: str(2**63)})
 
 
 def test_jitter_must_be_finite() -> None:
@@ -375,11 +404,16 @@ def test_plugin_names_pass_through() -> None:
     assert config.rlmm_plugin == "compacted"
 
 
-def test_class_paths_are_accepted_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="tierlog.rlm.config"):
-        config = config_of({"remote.log.storage.manager.class.path": "/opt/rsm/*"})
+def test_class_paths_are_accepted_and_left_for_the_node_to_report() -> None:
+    """Read and validated, without effect: ``IGNORED_KEYS``, reported by the node at start-up
+    (tests/node/test_config.py), not here as well."""
+    config = config_of({"remote.log.storage.manager.class.path": "/opt/rsm/*"})
     assert config.remote_log_storage_manager_class_path == "/opt/rsm/*"
-    assert "remote.log.storage.manager.class.path is ignored" in caplog.text
+    assert set(IGNORED_KEYS) == {
+        "remote.log.storage.manager.class.path",
+        "remote.log.metadata.manager.class.path",
+    }
+    assert all(IGNORED_KEYS.values())
 
 
 # Round trips ----------------------------------------------------------------------------------

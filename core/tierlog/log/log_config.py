@@ -28,8 +28,9 @@ Deliberate differences, each for a stated reason:
   entry, and a time index needs two slots (its last is reserved for the entry written at roll), so
   anything smaller would make every append roll a new segment.
 - Keys Kafka has but this log does not use (compression, compaction, throttling, ...) are
-  accepted and ignored, with a debug log; any other key is a ``ConfigError`` (Kafka's
-  ``validateNames``), so a misspelt key does not pass silently.
+  accepted and ignored (``IGNORED_KEYS``, with the reason of each), and reported once with a
+  warning; any other key is a ``ConfigError`` (Kafka's ``validateNames``), so a misspelt key
+  does not pass silently.
 - ``internal.segment.bytes`` (Kafka's testing-only override of ``segment.bytes``, with no lower
   bound) is supported because tests need segments far smaller than 1 MiB.
 """
@@ -38,8 +39,10 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, Final
 
 from tierlog.properties import ConfigKey, ConfigValueError, KeyType, parse_bool
@@ -50,10 +53,12 @@ __all__ = [
     "BROKER_SYNONYMS",
     "DEFAULT_LOCAL_RETENTION_BYTES",
     "DEFAULT_LOCAL_RETENTION_MS",
+    "IGNORED_KEYS",
     "INTERNAL_TOPICS",
     "KEYS",
     "REMOTE_COPY_LAG_FROM_LOCAL_RETENTION",
     "LogConfig",
+    "ignored_broker_settings",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -76,27 +81,61 @@ INTERNAL_TOPICS: Final = frozenset(
 
 _MIN_INDEX_BYTES: Final = 24
 
-# Kafka topic keys accepted and ignored (this log has no compaction, compression or throttling).
-_IGNORED_KEYS: Final = frozenset(
+_NO_COMPACTION: Final = "this log does not compact (cleanup.policy=compact is not implemented)"
+_NO_RECOMPRESSION: Final = (
+    "batches are stored as the producer compressed them (the node does not recompress)"
+)
+_NO_REPLICAS: Final = "a tierlog node keeps one copy of each partition (there are no replicas)"
+
+IGNORED_KEYS: Final[Mapping[str, str]] = MappingProxyType(
     {
-        "compression.type",
-        "compression.gzip.level",
-        "compression.lz4.level",
-        "compression.zstd.level",
-        "delete.retention.ms",
-        "file.delete.delay.ms",
-        "flush.ms",
-        "follower.replication.throttled.replicas",
-        "leader.replication.throttled.replicas",
-        "max.compaction.lag.ms",
-        "min.cleanable.dirty.ratio",
-        "min.compaction.lag.ms",
-        "min.insync.replicas",
-        "preallocate",
-        "unclean.leader.election.enable",
-        "errors.deadletterqueue.group.enable",
+        # Compaction: implementing it removes these lines (and reads the keys, see _KEYS).
+        "cleanup.policy=compact": (
+            "this log does not compact: a compacted topic is never tiered and its segments are "
+            "kept whole (retention does not delete them unless cleanup.policy has delete too)"
+        ),
+        "delete.retention.ms": _NO_COMPACTION,
+        "min.cleanable.dirty.ratio": _NO_COMPACTION,
+        "min.compaction.lag.ms": _NO_COMPACTION,
+        "max.compaction.lag.ms": _NO_COMPACTION,
+        "compression.type": _NO_RECOMPRESSION,
+        "compression.gzip.level": _NO_RECOMPRESSION,
+        "compression.lz4.level": _NO_RECOMPRESSION,
+        "compression.zstd.level": _NO_RECOMPRESSION,
+        "min.insync.replicas": _NO_REPLICAS,
+        "unclean.leader.election.enable": _NO_REPLICAS,
+        "follower.replication.throttled.replicas": _NO_REPLICAS,
+        "leader.replication.throttled.replicas": _NO_REPLICAS,
+        "file.delete.delay.ms": (
+            "segments are deleted at once (reads hold the log's lock, none is in flight)"
+        ),
+        "flush.ms": (
+            "there is no time-based flush: the log fsyncs after flush.messages messages and "
+            "when a segment is rolled"
+        ),
+        "preallocate": "segment files grow as they are written (only indexes are preallocated)",
+        "errors.deadletterqueue.group.enable": (
+            "a tierlog node has no consumer groups to write a dead letter queue (KIP-1034)"
+        ),
     }
 )
+"""Kafka topic settings this log accepts and ignores, each with why it has no effect.
+
+An entry is a key (no value of it has an effect) or ``key=value`` (that item of a list key has
+none, as ``cleanup.policy=compact``). Accepted, because a topic configuration written for Kafka
+should be usable as it is; reported, once per process and setting, with a warning that names it
+and gives the reason (``from_props``, ``from_broker_defaults`` for the topic's overrides,
+``with_overrides`` for what changes; the node reports the broker defaults of these keys at
+start-up, ``ignored_broker_settings``), so that a setting with no effect never passes silently.
+Implementing one is deleting its line here and reading the key (``_KEYS``, and the type of its
+broker synonym in ``_SYNONYMS``)."""
+
+_IGNORED_NAMES: Final = frozenset(k for k in IGNORED_KEYS if "=" not in k)
+_IGNORED_VALUES: Final[Mapping[str, frozenset[str]]] = {
+    key: frozenset(v for k, _, v in (e.partition("=") for e in IGNORED_KEYS) if k == key)
+    for key in {e.partition("=")[0] for e in IGNORED_KEYS if "=" in e}
+}
+"""List keys with ignored items: ``cleanup.policy`` -> ``{"compact"}``."""
 
 
 # Kafka's LogConfig.configDef(), for the keys this log reads: type and validator.
@@ -225,6 +264,73 @@ BROKER_SYNONYMS: Final[Mapping[str, tuple[str, ...]]] = {
 BROKER_KEYS: Final = frozenset(name for names in BROKER_SYNONYMS.values() for name in names)
 """Every broker key ``LogConfig.from_broker_defaults`` reads as a topic default (it also reads
 ``remote.log.storage.system.enable``, which belongs to ``tierlog.rlm.config``)."""
+
+
+def _ignored_items(topic_key: str, raw: object) -> list[str]:
+    """The ``IGNORED_KEYS`` entries that ``topic_key=raw`` sets: the key itself, or a
+    ``key=item`` per ignored item of its list value (none for a value refused elsewhere)."""
+    if topic_key in _IGNORED_NAMES:
+        return [topic_key]
+    ignored = _IGNORED_VALUES.get(topic_key)
+    if not ignored:
+        return []
+    key = _BY_NAME.get(topic_key)
+    try:
+        parsed = raw if key is None else key.parse(raw)
+    except ConfigValueError:
+        return []
+    items = parsed if isinstance(parsed, tuple) else (parsed,)
+    return [
+        f"{topic_key}={v}" for v in dict.fromkeys(str(i).lower() for i in items) if v in ignored
+    ]
+
+
+def _ignored_settings(props: Mapping[str, object]) -> dict[str, str]:
+    """Accepted-but-ignored topic settings of ``props``: setting -> why it has no effect."""
+    return {s: IGNORED_KEYS[s] for name, raw in props.items() for s in _ignored_items(name, raw)}
+
+
+def ignored_broker_settings(broker_props: Mapping[str, object]) -> dict[str, str]:
+    """The broker defaults in ``broker_props`` of topic settings this log ignores: broker
+    setting (``log.cleaner.delete.retention.ms``, ``compression.type``,
+    ``log.cleanup.policy=compact``, ...) -> why it has no effect.
+
+    For the node to report at start-up with the other broker keys it accepts and ignores; the
+    topic-level report (``IGNORED_KEYS``) covers a topic's own overrides only, so a broker
+    default is reported once, under the name the user wrote.
+    """
+    found: dict[str, str] = {}
+    for topic_key, synonyms in _SYNONYMS.items():
+        for synonym in synonyms:
+            if synonym.name not in broker_props:
+                continue
+            for setting in _ignored_items(topic_key, broker_props[synonym.name]):
+                reason = IGNORED_KEYS[setting]
+                if synonym.name != topic_key:
+                    reason += f" ({synonym.name} is the broker default of topic config {topic_key})"
+                found[synonym.name + setting[len(topic_key) :]] = reason
+    return found
+
+
+_REPORTED: set[str] = set()
+_REPORTED_LOCK: Final = threading.Lock()
+
+
+def _report_ignored(settings: Mapping[str, str]) -> None:
+    """Warn about each accepted-but-ignored topic setting, once per process.
+
+    Once, because the reason does not depend on the topic and a topic's configuration is built
+    again for each partition opened and each check (creation, restart, alteration): a warning
+    per build would repeat itself. The memory is bounded by ``IGNORED_KEYS``.
+    """
+    for setting, reason in settings.items():
+        with _REPORTED_LOCK:
+            if setting in _REPORTED:
+                continue
+            _REPORTED.add(setting)
+        _LOG.warning(
+            "The topic configuration %s was supplied but has no effect: %s.", setting, reason
+        )
 
 
 def _broker_retention_ms(key: str, raw: object, millis: object) -> int:
@@ -386,19 +492,23 @@ class LogConfig:
     def from_props(cls, props: Mapping[str, object] | None = None) -> LogConfig:
         """Build from Kafka keys (values as strings, as in a properties file, or typed).
 
-        Unknown keys raise ``ConfigError``; Kafka keys this log does not use are kept in
-        ``ignored``.
+        Unknown keys raise ``ConfigError``; Kafka keys this log does not use
+        (``IGNORED_KEYS``) are kept in ``ignored`` and reported with a warning.
         """
+        config = cls._build(props or {})
+        _report_ignored(_ignored_settings(props or {}))
+        return config
+
+    @classmethod
+    def _build(cls, props: Mapping[str, object]) -> LogConfig:
+        """``from_props`` without the report, for callers that report what is theirs."""
         kwargs: dict[str, Any] = {}
         ignored: dict[str, object] = {}
-        for name, raw in (props or {}).items():
+        for name, raw in props.items():
             key = _BY_NAME.get(name)
             if key is not None:
                 kwargs[key.attr] = key.parse(raw)
-            elif name in _IGNORED_KEYS:
-                _LOG.debug(
-                    "Ignoring topic configuration %s=%r: not used by the local log", name, raw
-                )
+            elif name in _IGNORED_NAMES:
                 ignored[name] = raw
             else:
                 raise ConfigError(f"Unknown topic config name: {name}")
@@ -418,7 +528,8 @@ class LogConfig:
         ``log.retention.minutes`` over ``log.retention.hours``, converted to milliseconds),
         else Kafka's default, and a key in ``topic_overrides`` wins over both. Keys of
         ``broker_props`` that are not broker log defaults are not looked at (the node reports
-        unknown keys, see ``BROKER_KEYS``); unknown keys in ``topic_overrides`` are errors.
+        unknown keys, see ``BROKER_KEYS``, and ignored ones, ``ignored_broker_settings``);
+        unknown keys in ``topic_overrides`` are errors, ignored ones are reported (once).
 
         Validation is Kafka's at each level. A bad broker value is a ``ConfigValueError``
         naming the broker key the user wrote; a negative total retention time means unlimited
@@ -445,7 +556,7 @@ class LogConfig:
                 defaults[topic_key] = value
                 origin[topic_key] = (synonym.name, raw)
         try:
-            base = cls.from_props(defaults)
+            base = cls._build(defaults)
         except ConfigValueError as exc:
             if exc.key not in origin:
                 raise
@@ -480,7 +591,7 @@ class LogConfig:
             )
         if not topic_overrides:
             return base
-        config = cls.from_props({**defaults, **topic_overrides})
+        config = cls._build({**defaults, **topic_overrides})
         if config.remote_storage_enable and not system_enabled:
             raise _invalid(
                 "remote.storage.enable",
@@ -488,6 +599,7 @@ class LogConfig:
                 f"Tiered Storage functionality is disabled in the broker ({system_key} is "
                 "false). Topic cannot be configured with remote log storage.",
             )
+        _report_ignored(_ignored_settings(topic_overrides))
         return config
 
     def with_overrides(self, props: Mapping[str, object]) -> LogConfig:
@@ -497,9 +609,8 @@ class LogConfig:
         ``remote.log.delete.on.disable=true``: turning it off otherwise would leave remote data
         that nothing tracks or deletes any more.
         """
-        merged: dict[str, object] = self.to_props()
-        merged.update(props)
-        new = LogConfig.from_props(merged)
+        current = self.to_props()
+        new = LogConfig._build({**current, **props})
         if (
             self.remote_storage_enable
             and not new.remote_storage_enable
@@ -513,6 +624,8 @@ class LogConfig:
                 "remote.log.copy.disable=true; to disable remote storage and delete all remote "
                 "data, set remote.storage.enable=false and remote.log.delete.on.disable=true.",
             )
+        already = _ignored_settings(current)
+        _report_ignored({k: v for k, v in _ignored_settings(props).items() if k not in already})
         return new
 
     def to_props(self) -> dict[str, object]:

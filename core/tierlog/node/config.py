@@ -15,6 +15,14 @@
 Any other key is reported (a warning per key, and ``NodeConfig.unknown_keys``), as Kafka logs
 "The configuration X was supplied but isn't a known config": a misspelt key never passes
 silently. With ``tierlog.config.strict=true`` an unknown key is an error instead.
+
+A key that is accepted but has no effect on a tierlog node is reported the same way, a warning
+per key with the reason (and ``NodeConfig.ignored_keys``): Kafka broker keys a single node has no
+use for (``IGNORED_NODE_KEYS``: ``process.roles``, ``listeners``, ...), the RLM's class paths
+(``tierlog.rlm.config.IGNORED_KEYS``), and broker defaults of topic configs the log does not
+implement (``tierlog.log.log_config.ignored_broker_settings``: ``compression.type``,
+``log.cleaner.delete.retention.ms``, ``log.cleanup.policy=compact``, ...). These stay warnings
+in strict mode: a Kafka file holding them is not wrong.
 """
 
 from __future__ import annotations
@@ -24,14 +32,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Final
 
-from tierlog.log.log_config import BROKER_KEYS, LogConfig
+from tierlog.log.log_config import BROKER_KEYS, LogConfig, ignored_broker_settings
 from tierlog.properties import load_properties, parse_bool, parse_int, parse_long, parse_string
+from tierlog.rlm.config import IGNORED_KEYS as RLM_IGNORED_KEYS
 from tierlog.rlm.config import RemoteLogManagerConfig
 from tierlog.spi import ConfigError
 
-__all__ = ["NODE_KEYS", "NodeConfig"]
+__all__ = ["IGNORED_NODE_KEYS", "NODE_KEYS", "NodeConfig"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -53,31 +63,43 @@ NODE_KEYS: Final = frozenset(
         "tierlog.log.format",
         "tierlog.log.level",
         "tierlog.config.strict",
-        # Broker keys a single node has no use for but which a copied server.properties holds:
-        # accepted so that they are not reported as unknown.
-        "process.roles",
-        "controller.quorum.voters",
-        "controller.quorum.bootstrap.servers",
-        "controller.listener.names",
-        "listeners",
-        "advertised.listeners",
-        "inter.broker.listener.name",
-        "listener.security.protocol.map",
-        "num.network.threads",
-        "num.io.threads",
-        "socket.send.buffer.bytes",
-        "socket.receive.buffer.bytes",
-        "socket.request.max.bytes",
-        "num.recovery.threads.per.data.dir",
-        "offsets.topic.replication.factor",
-        "transaction.state.log.replication.factor",
-        "transaction.state.log.min.isr",
-        "share.coordinator.state.topic.replication.factor",
-        "share.coordinator.state.topic.min.isr",
-        "group.initial.rebalance.delay.ms",
     }
 )
-"""Keys read by the node itself (or knowingly ignored), beside the RLM's and the log defaults."""
+"""Keys read by the node itself, beside the RLM's and the log defaults."""
+
+_ONE_NODE: Final = "a tierlog node is one process, not a member of a KRaft cluster"
+_NO_KAFKA_LISTENER: Final = (
+    "a tierlog node serves its HTTP API on tierlog.http.host and tierlog.http.port, "
+    "not Kafka's protocol on listeners"
+)
+_NO_REPLICAS: Final = "a tierlog node keeps one copy of each partition (there are no replicas)"
+
+IGNORED_NODE_KEYS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "process.roles": _ONE_NODE,
+        "controller.quorum.voters": _ONE_NODE,
+        "controller.quorum.bootstrap.servers": _ONE_NODE,
+        "controller.listener.names": _ONE_NODE,
+        "listeners": _NO_KAFKA_LISTENER,
+        "advertised.listeners": _NO_KAFKA_LISTENER,
+        "inter.broker.listener.name": _NO_KAFKA_LISTENER,
+        "listener.security.protocol.map": _NO_KAFKA_LISTENER,
+        "num.network.threads": _NO_KAFKA_LISTENER,
+        "num.io.threads": _NO_KAFKA_LISTENER,
+        "socket.send.buffer.bytes": _NO_KAFKA_LISTENER,
+        "socket.receive.buffer.bytes": _NO_KAFKA_LISTENER,
+        "socket.request.max.bytes": _NO_KAFKA_LISTENER,
+        "num.recovery.threads.per.data.dir": "a node recovers its logs on one thread",
+        "offsets.topic.replication.factor": _NO_REPLICAS,
+        "transaction.state.log.replication.factor": _NO_REPLICAS,
+        "transaction.state.log.min.isr": _NO_REPLICAS,
+        "share.coordinator.state.topic.replication.factor": _NO_REPLICAS,
+        "share.coordinator.state.topic.min.isr": _NO_REPLICAS,
+        "group.initial.rebalance.delay.ms": "a tierlog node has no consumer group coordinator",
+    }
+)
+"""Broker keys a single node has no use for but which a server.properties copied from a Kafka
+broker holds, each with why it has no effect: accepted, and reported (not as unknown)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +119,10 @@ class NodeConfig:
     props: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Every key as given (strings), for the topic defaults and for ``to_properties``."""
     unknown_keys: tuple[str, ...] = ()
+    """Keys no reader recognises, sorted (each was reported with a warning)."""
+    ignored_keys: tuple[str, ...] = ()
+    """Accepted settings that have no effect, sorted (each was reported with a warning and
+    why); a list item is written ``key=item`` (``log.cleanup.policy=compact``)."""
     source: str | None = None
 
     # Reading -------------------------------------------------------------------------------------
@@ -158,7 +184,11 @@ class NodeConfig:
                 f"{', '.join(_LOG_LEVELS)}"
             )
         unknown = tuple(
-            sorted(k for k in rlm_unknown if k not in NODE_KEYS and k not in BROKER_KEYS)
+            sorted(
+                k
+                for k in rlm_unknown
+                if k not in NODE_KEYS and k not in BROKER_KEYS and k not in IGNORED_NODE_KEYS
+            )
         )
         strict = parse_bool("tierlog.config.strict", props.get("tierlog.config.strict", "false"))
         where = f" in {source}" if source else ""
@@ -167,6 +197,11 @@ class NodeConfig:
                 raise ConfigError(f"The configuration {key}{where} is not a known config")
             _LOG.warning(
                 "The configuration %s was supplied%s but isn't a known config.", key, where
+            )
+        ignored = _ignored_settings(props)
+        for setting, reason in ignored.items():
+            _LOG.warning(
+                "The configuration %s was supplied%s but has no effect: %s.", setting, where, reason
             )
         config = cls(
             node_id=node_id,
@@ -185,6 +220,7 @@ class NodeConfig:
             rlm=rlm,
             props=dict(props),
             unknown_keys=unknown,
+            ignored_keys=tuple(ignored),
             source=source,
         )
         config.topic_config()  # the broker's topic defaults must be valid on their own
@@ -232,6 +268,15 @@ class NodeConfig:
     def to_properties(self) -> dict[str, str]:
         """The keys as given, for writing a file a user can rerun ``tierlog serve`` with."""
         return dict(self.props)
+
+
+def _ignored_settings(props: Mapping[str, str]) -> dict[str, str]:
+    """Every accepted-but-ignored setting of a node's properties, sorted: setting -> why it has
+    no effect. The three tables are disjoint (each key has one reader)."""
+    found = {k: IGNORED_NODE_KEYS[k] for k in props if k in IGNORED_NODE_KEYS}
+    found.update({k: RLM_IGNORED_KEYS[k] for k in props if k in RLM_IGNORED_KEYS})
+    found.update(ignored_broker_settings(props))
+    return dict(sorted(found.items()))
 
 
 def _to_text(value: object) -> str:

@@ -3,7 +3,11 @@
 Every key of Kafka's ``RemoteLogManagerConfig.configDef()`` is a field here, in snake_case, with
 Kafka's type, default and validator (``atLeast``, ``between``, ``NonEmptyString``), so a
 ``server.properties`` written for a Kafka broker configures tierlog's RLM the same way; a bad
-value is a ``ConfigValueError`` naming the key, in Kafka's words.
+value is a ``ConfigValueError`` naming the key, in Kafka's words. The exceptions are the four
+broker defaults of topic configs that Kafka defines there (``log.local.retention.ms``/``.bytes``,
+``log.remote.copy.lag.ms``/``.bytes``): a topic's log applies them, so they are read, checked
+and reported by ``tierlog.log.log_config`` (``BROKER_SYNONYMS``) alone, each key with one
+reader.
 
 ``RemoteLogManagerConfig.from_props(props)`` reads Kafka keys from a whole broker configuration
 (a node's ``server.properties`` also holds ``log.*``, listener and node keys) and returns the
@@ -25,8 +29,9 @@ Where tierlog differs from Kafka, on purpose:
   the ``LocalTieredStorage`` test RSM -> ``local``. The setting is kept as written, so
   ``to_props`` gives back what the user wrote.
 - ``remote.log.storage.manager.class.path`` and ``remote.log.metadata.manager.class.path`` are
-  accepted (a Kafka file may set them) and ignored with a warning: plugins are installed Python
-  distributions, there is no class loader to point at a path.
+  accepted (a Kafka file may set them) and ignored: plugins are installed Python distributions,
+  there is no class loader to point at a path. They are in ``IGNORED_KEYS``, which the node
+  reports at start-up with the other keys it accepts and ignores.
 - ``remote.log.manager.task.retry.backoff.max.ms`` must be at least
   ``remote.log.manager.task.retry.backoff.ms``. Kafka checks neither against the other; a
   maximum below the initial backoff has no meaning for an exponential backoff.
@@ -54,6 +59,7 @@ __all__ = [
     "DEFAULT_RSM_PREFIX",
     "DEFAULT_STORAGE_MANAGER",
     "DEPRECATED_KEYS",
+    "IGNORED_KEYS",
     "JAVA_CLASS_PLUGINS",
     "KAFKA_DEFAULT_RLMM_CLASS_NAME",
     "KEYS",
@@ -99,6 +105,19 @@ DEPRECATED_KEYS: Final[Mapping[str, str]] = MappingProxyType(
 """Deprecated key -> the key that replaces it."""
 
 
+_NO_CLASS_PATH: Final = (
+    "tierlog plugins are installed Python distributions (or package.module:ClassName), not "
+    "loaded from a class path"
+)
+IGNORED_KEYS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "remote.log.storage.manager.class.path": _NO_CLASS_PATH,
+        "remote.log.metadata.manager.class.path": _NO_CLASS_PATH,
+    }
+)
+"""Keys read (and validated) but without effect, each with why: the node reports them."""
+
+
 def plugin_name(setting: str | None, default: str) -> str:
     """The tierlog plugin a ``*.class.name`` setting designates (``default`` when unset)."""
     if setting is None:
@@ -128,10 +147,6 @@ _KEYS: Final[tuple[ConfigKey, ...]] = (
     ConfigKey("remote.log.manager.task.retry.jitter", "double", minimum=0, maximum=0.5),
     ConfigKey("remote.log.reader.threads", "int", minimum=1),
     ConfigKey("remote.log.reader.max.pending.tasks", "int", minimum=1),
-    ConfigKey("log.local.retention.ms", "long", minimum=-2),
-    ConfigKey("log.local.retention.bytes", "long", minimum=-2),
-    ConfigKey("log.remote.copy.lag.ms", "long", minimum=-1),
-    ConfigKey("log.remote.copy.lag.bytes", "long", minimum=-1),
     ConfigKey("remote.log.manager.copy.max.bytes.per.second", "long", minimum=1),
     ConfigKey("remote.log.manager.copy.quota.window.num", "int", minimum=1),
     ConfigKey("remote.log.manager.copy.quota.window.size.seconds", "int", minimum=1),
@@ -189,11 +204,11 @@ class RemoteLogManagerConfig:
     remote_log_storage_manager_class_name: str | None = None
     """``remote.log.storage.manager.class.name``: the RSM plugin; unset is ``local``."""
     remote_log_storage_manager_class_path: str | None = None
-    """``remote.log.storage.manager.class.path``: accepted, ignored (no class loader)."""
+    """``remote.log.storage.manager.class.path``: accepted, ignored (``IGNORED_KEYS``)."""
     remote_log_metadata_manager_class_name: str | None = None
     """``remote.log.metadata.manager.class.name``: the RLMM plugin; unset is ``embedded``."""
     remote_log_metadata_manager_class_path: str | None = None
-    """``remote.log.metadata.manager.class.path``: accepted, ignored (no class loader)."""
+    """``remote.log.metadata.manager.class.path``: accepted, ignored (``IGNORED_KEYS``)."""
     remote_log_metadata_manager_listener_name: str | None = None
     """``remote.log.metadata.manager.listener.name``: the listener an RLMM that talks to the
     cluster (``topic``) connects through."""
@@ -223,14 +238,6 @@ class RemoteLogManagerConfig:
     """``remote.log.reader.threads``: threads serving reads from remote storage."""
     remote_log_reader_max_pending_tasks: int = 100
     """``remote.log.reader.max.pending.tasks``: queued remote reads before fetches fail."""
-    log_local_retention_ms: int = -2
-    """``log.local.retention.ms``: broker default of ``local.retention.ms`` (-2: retention)."""
-    log_local_retention_bytes: int = -2
-    """``log.local.retention.bytes``: broker default of ``local.retention.bytes``."""
-    log_remote_copy_lag_ms: int = 0
-    """``log.remote.copy.lag.ms``: broker default of ``remote.copy.lag.ms`` (KIP-1241)."""
-    log_remote_copy_lag_bytes: int = -1
-    """``log.remote.copy.lag.bytes``: broker default of ``remote.copy.lag.bytes``."""
     remote_log_manager_copy_max_bytes_per_second: int = _LONG_MAX
     """``remote.log.manager.copy.max.bytes.per.second``: node-wide copy quota (KIP-956)."""
     remote_log_manager_copy_quota_window_num: int = 11
@@ -334,16 +341,6 @@ class RemoteLogManagerConfig:
                     key,
                     setting,
                     JAVA_CLASS_PLUGINS[setting],
-                )
-        for key, path in (
-            ("remote.log.storage.manager.class.path", self.remote_log_storage_manager_class_path),
-            ("remote.log.metadata.manager.class.path", self.remote_log_metadata_manager_class_path),
-        ):
-            if path is not None:
-                _LOG.warning(
-                    "%s is ignored: tierlog plugins are installed Python distributions "
-                    "(or package.module:ClassName), not loaded from a class path",
-                    key,
                 )
 
     def to_props(self) -> dict[str, object]:
