@@ -546,6 +546,11 @@ class RemoteLogManager:
     only if ``own_plugins`` is true. ``log_dir`` holds the ``remote-log-index-cache``. With
     ``schedule_tasks=False`` tasks are created but run only through ``run_once`` (tests, tools
     that drive tiering step by step).
+
+    ``clock_ms`` (wall-clock milliseconds) stamps metadata events and decides retention by time,
+    task backoff and the KIP-956 quotas' windows, as Kafka's ``time`` does for all of them: a
+    test's manual clock then makes a throttled copier wait until the test moves it, not until
+    real time has passed.
     """
 
     def __init__(
@@ -594,12 +599,14 @@ class RemoteLogManager:
             config.remote_log_manager_copy_max_bytes_per_second,
             window_num=config.remote_log_manager_copy_quota_window_num,
             window_size_seconds=config.remote_log_manager_copy_quota_window_size_seconds,
+            clock=clock_ms,
         )
         self.fetch_quota = RLMQuotaManager(
             "RLMFetch",
             config.remote_log_manager_fetch_max_bytes_per_second,
             window_num=config.remote_log_manager_fetch_quota_window_num,
             window_size_seconds=config.remote_log_manager_fetch_quota_window_size_seconds,
+            clock=clock_ms,
         )
         self.copy_quota_gate = CopyQuotaGate(self.copy_quota)
         self.metrics.bind_quota(self.copy_quota)
