@@ -111,7 +111,11 @@ def env(tmp_path: Path) -> Iterator[Env]:
     log.close()
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+DEADLINE_S = 60.0
+"""How long a test waits for another thread before it fails: only a hung one takes this."""
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
     """Poll for something another thread does (the cleaner), a few milliseconds at a time."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -701,7 +705,7 @@ class BlockingStorage(CountingStorage):
     ) -> BinaryIO:
         if remote_log_segment_metadata.remote_log_segment_id.id == self.blocked:
             self.entered.set()
-            assert self.release.wait(10)
+            assert self.release.wait(DEADLINE_S)
         return super().fetch_index(remote_log_segment_metadata, index_type)
 
 
@@ -713,13 +717,13 @@ def test_a_miss_does_not_block_hits_and_loads_once(env: Env) -> None:
     cache.get_index_entry(cached)
     with ThreadPoolExecutor(3) as pool:
         loads = [pool.submit(cache.get_index_entry, missing) for _ in range(2)]
-        assert rsm.entered.wait(10)
+        assert rsm.entered.wait(DEADLINE_S)
         # While the miss is inside the RSM, a hit on another segment is served.
         hit = pool.submit(cache.lookup_offset, cached, cached.start_offset)
-        assert hit.result(timeout=10) == 0
+        assert hit.result(timeout=DEADLINE_S) == 0
         assert not loads[0].done() and not loads[1].done()
         rsm.release.set()
-        first, second = (f.result(timeout=10) for f in loads)
+        first, second = (f.result(timeout=DEADLINE_S) for f in loads)
     assert first is second
     # Both callers got the one load: each index of the missing segment was fetched once.
     assert sorted(t.value for u, t in rsm.index_requests if u == rsm.blocked) == sorted(
@@ -769,10 +773,10 @@ def test_remove_during_a_load_is_not_cached(env: Env) -> None:
     cache = env.cache(rsm)
     with ThreadPoolExecutor(1) as pool:
         load = pool.submit(cache.get_index_entry, metadata)
-        assert rsm.entered.wait(10)
+        assert rsm.entered.wait(DEADLINE_S)
         cache.remove(metadata.remote_log_segment_id.id)
         rsm.release.set()
-        entry = load.result(timeout=10)
+        entry = load.result(timeout=DEADLINE_S)
     assert entry.marked_for_cleanup
     assert not cache.contains(metadata.remote_log_segment_id.id)
     rsm.close()

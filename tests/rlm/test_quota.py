@@ -38,7 +38,12 @@ class ManualClock:
         self.now_ms += ms
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+DEADLINE_S = 60.0
+"""How long a test waits for another thread before it fails: only a hung one takes this. Time
+in the quotas is a ``ManualClock``: no outcome depends on how fast the threads run."""
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
@@ -217,7 +222,8 @@ def test_concurrent_records_are_all_counted() -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(10)
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive()
     assert quota.byte_rate() == 16_000.0  # all in one sample, over the 1 s minimum window
 
 
@@ -269,14 +275,21 @@ def test_gate_blocks_a_copier_until_the_window_allows() -> None:
     assert gate.acquire(500, lambda: False)  # under quota: records at once
     assert quota.throttle_time_ms() == 4_000  # 500*1000/100 - 1000
 
-    thread, result = _start_acquire(gate, 100, lambda: False)
+    checks = 0
+
+    def should_stop() -> bool:  # asked twice per check of the quota
+        nonlocal checks
+        checks += 1
+        return False
+
+    thread, result = _start_acquire(gate, 100, should_stop)
     wait_until(lambda: quota.throttle_stats.max() == 4000.0)  # it found the quota exceeded
-    time.sleep(0.05)  # several re-checks at 10 ms: still throttled, the clock has not moved
-    assert thread.is_alive()
+    wait_until(lambda: checks >= 10)  # it re-checked several times (every 10 ms)...
+    assert thread.is_alive()  # ...and still waits: the clock has not moved
     assert result == []
 
     clock.now_ms = 5_000  # 500*1000/100 - 5000 = 0
-    thread.join(5)
+    thread.join(DEADLINE_S)
     assert result == [True]
     assert quota.byte_rate() == 120.0  # 600 B over 5 s: the second segment was recorded
     assert gate.throttle_stats is quota.throttle_stats
@@ -292,7 +305,7 @@ def test_gate_returns_false_without_recording_when_stopped() -> None:
     thread, result = _start_acquire(gate, 100, stop.is_set)
     wait_until(lambda: not math.isnan(quota.throttle_stats.max()))
     stop.set()
-    thread.join(5)
+    thread.join(DEADLINE_S)
     assert result == [False]
     assert quota.byte_rate() == 500.0  # the cancelled copy was not counted
 
@@ -300,28 +313,29 @@ def test_gate_returns_false_without_recording_when_stopped() -> None:
 def test_wake_all_rechecks_before_the_timeout() -> None:
     clock = ManualClock()
     quota = RLMQuotaManager("RLMCopy", 100, clock=clock)
-    gate = CopyQuotaGate(quota, wait_timeout_s=60)  # only a notification can wake it in time
+    # Only a notification can wake it within the test's deadline.
+    gate = CopyQuotaGate(quota, wait_timeout_s=3600)
     gate.acquire(500, lambda: False)
     thread, result = _start_acquire(gate, 100, lambda: False)
     wait_until(lambda: not math.isnan(quota.throttle_stats.max()))
     quota.update_quota(LONG_MAX)
     gate.wake_all()
-    thread.join(5)
+    thread.join(DEADLINE_S)
     assert result == [True]
 
 
 def test_a_recording_copier_wakes_the_waiters() -> None:
     clock = ManualClock()
     quota = RLMQuotaManager("RLMCopy", 100, clock=clock)
-    gate = CopyQuotaGate(quota, wait_timeout_s=60)
+    gate = CopyQuotaGate(quota, wait_timeout_s=3600)
     gate.acquire(500, lambda: False)
     thread, result = _start_acquire(gate, 100, lambda: False)
     wait_until(lambda: not math.isnan(quota.throttle_stats.max()))
     # With a higher bound a newcomer passes at once; its record must wake the waiter, which
-    # would otherwise sleep for 60 s.
+    # would otherwise sleep for an hour.
     quota.update_quota(1_000_000)
     assert gate.acquire(1, lambda: False)
-    thread.join(5)
+    thread.join(DEADLINE_S)
     assert result == [True]
 
 
@@ -352,7 +366,7 @@ def test_fair_lock_is_granted_in_arrival_order() -> None:
         wait_until(queued(index + 1))
     lock.release()
     for thread in threads:
-        thread.join(5)
+        thread.join(DEADLINE_S)
     assert order == [0, 1, 2, 3, 4]
 
 
