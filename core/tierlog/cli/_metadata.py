@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import string
 import sys
 from typing import Any
 
 from tierlog.spi import InvalidArgumentError, MetadataRecordError, TopicIdPartition, Uuid
 
 INT32_MAX = 2**31 - 1
+_HEX_DIGITS = frozenset(string.hexdigits)
 
 DEFAULT_METADATA_PARTITIONS = 50
 """Kafka's default ``remote.log.metadata.topic.num.partitions``."""
@@ -80,13 +82,34 @@ def _read_argument(value: str) -> str:
 
 
 def _parse_hex(text: str) -> bytes:
-    cleaned = "".join(text.split())
-    if cleaned.startswith(("0x", "0X")):
-        cleaned = cleaned[2:]
-    try:
-        return bytes.fromhex(cleaned)
-    except ValueError as exc:
-        raise MetadataRecordError(f"the value is not hexadecimal: {exc}") from None
+    """The bytes of a hex record value, as copied from a dump or a log: blanks anywhere and one
+    leading ``0x`` are allowed.
+
+    Each kind of bad input gets its own one-line ``MetadataRecordError`` saying what to fix
+    (``bytes.fromhex`` calls a missing last digit a "non-hexadecimal number"): no digits at
+    all, a character that is not a hex digit (with its position in the input as given), an odd
+    number of digits.
+    """
+    start = len(text) - len(text.lstrip())
+    if text.startswith(("0x", "0X"), start):
+        start += 2
+    digits: list[str] = []
+    for position in range(start, len(text)):
+        char = text[position]
+        if char in _HEX_DIGITS:
+            digits.append(char)
+        elif not char.isspace():
+            raise MetadataRecordError(
+                f"hex input has a character that is not hexadecimal: {char!r} at position "
+                f"{position}"
+            )
+    if not digits:
+        raise MetadataRecordError("hex input is empty: give the record value as hex digits")
+    if len(digits) % 2:
+        raise MetadataRecordError(
+            f"hex input has an odd number of digits ({len(digits)}): a byte is two digits"
+        )
+    return bytes.fromhex("".join(digits))
 
 
 def run_decode(args: argparse.Namespace) -> int:
