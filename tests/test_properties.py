@@ -29,6 +29,7 @@ from tierlog.properties import (
     ConfigValueError,
     at_least,
     between,
+    did_you_mean,
     format_properties,
     load_properties,
     non_empty,
@@ -406,6 +407,15 @@ def test_a_config_key_accepts_what_its_validator_accepts() -> None:
     ConfigKey("k", "string", choices=("A", "B")).check("B")
     ConfigKey("k", "list").check(("a", "b"))
     ConfigKey("k", "boolean", minimum=1).check(False)  # bounds apply to numbers only
+
+
+def test_did_you_mean_names_a_near_miss_only() -> None:
+    known = ["segment.bytes", "segment.ms", "retention.ms", "retention.bytes"]
+    assert did_you_mean("segmnet.bytes", known) == " (did you mean segment.bytes?)"
+    assert did_you_mean("retention.byte", iter(known)) == " (did you mean retention.bytes?)"
+    assert did_you_mean("retention.hour", known) == ""  # shares words, not a typo
+    assert did_you_mean("bogus", known) == ""
+    assert did_you_mean("segment.bytes", []) == ""
 
 
 def test_config_value_error_keeps_its_parts() -> None:

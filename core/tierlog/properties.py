@@ -40,6 +40,7 @@ their keys with it, so a key is parsed, checked and documented the same way in e
 from __future__ import annotations
 
 import bisect
+import difflib
 import logging
 import math
 import os
@@ -57,6 +58,7 @@ __all__ = [
     "ParsedProperties",
     "at_least",
     "between",
+    "did_you_mean",
     "format_properties",
     "load_properties",
     "non_empty",
@@ -657,3 +659,18 @@ class ConfigKey:
             lowest = -math.inf if self.minimum is None else self.minimum
             highest = math.inf if self.maximum is None else self.maximum
             between(self.name, value, lowest, highest)
+
+
+# Unknown keys ------------------------------------------------------------------------------------
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """A hint for an unknown ``key``: `` (did you mean segment.bytes?)`` naming the closest of
+    ``known`` when it is a near miss (``difflib`` ratio of at least 0.8), else ``""``.
+
+    Kafka only says that a key is unknown; a transposed or dropped letter (``segmnet.bytes``,
+    ``log.retention.hour``) is the usual cause, and naming the key meant saves a search through
+    the documentation. The cutoff keeps keys that merely share words from being offered
+    (``retention.hour`` gets no ``retention.ms``). Append the result to the message that
+    reports the key.
+    """
+    matches = difflib.get_close_matches(key, sorted(set(known)), n=1, cutoff=0.8)
+    return f" (did you mean {matches[0]}?)" if matches else ""

@@ -162,3 +162,34 @@ def test_accepted_but_ignored_keys_are_reported_with_why(
 def test_ignored_keys_are_not_errors_in_strict_mode() -> None:
     c = NodeConfig.from_props({"listeners": "PLAINTEXT://:9092", "tierlog.config.strict": "true"})
     assert c.ignored_keys == ("listeners",)
+
+
+# Unknown keys ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("log.retention.hour", "log.retention.hours"),
+        ("remote.log.storge.system.enable", "remote.log.storage.system.enable"),
+        ("log.segmnet.bytes", "log.segment.bytes"),
+        ("compresion.type", "compression.type"),  # an ignored key is a known one too
+    ],
+)
+def test_a_misspelt_key_gets_a_hint(
+    typo: str, meant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="tierlog.node.config"):
+        c = NodeConfig.from_props({typo: "1"})
+    assert c.unknown_keys == (typo,)
+    assert caplog.messages == [
+        f"The configuration {typo} was supplied but isn't a known config (did you mean {meant}?)."
+    ]
+    with pytest.raises(ConfigError, match=rf"not a known config \(did you mean {meant}\?\)"):
+        NodeConfig.from_props({typo: "1", "tierlog.config.strict": "true"})
+
+
+def test_an_unknown_key_with_no_near_match_gets_no_hint(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="tierlog.node.config"):
+        NodeConfig.from_props({"my.own.setting": "1"})
+    assert caplog.messages == [
+        "The configuration my.own.setting was supplied but isn't a known config."
+    ]

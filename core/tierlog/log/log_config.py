@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Final
 
-from tierlog.properties import ConfigKey, ConfigValueError, KeyType, parse_bool
+from tierlog.properties import ConfigKey, ConfigValueError, KeyType, did_you_mean, parse_bool
 from tierlog.spi import ConfigError
 
 __all__ = [
@@ -166,6 +166,8 @@ KEYS: Final = tuple(k.name for k in _KEYS)
 """The Kafka keys this log interprets."""
 _BY_NAME: Final = {k.name: k for k in _KEYS}
 _BY_ATTR: Final = {k.attr: k for k in _KEYS}
+_KNOWN_NAMES: Final = frozenset(KEYS) | _IGNORED_NAMES
+"""Every topic key accepted: what an unknown key is compared with for a "did you mean"."""
 
 
 def _invalid(key: str, value: object, why: str) -> ConfigValueError:
@@ -511,7 +513,8 @@ class LogConfig:
             elif name in _IGNORED_NAMES:
                 ignored[name] = raw
             else:
-                raise ConfigError(f"Unknown topic config name: {name}")
+                hint = did_you_mean(name, _KNOWN_NAMES)
+                raise ConfigError(f"Unknown topic config name: {name}{hint}")
         return cls(**kwargs, ignored=ignored)
 
     @classmethod

@@ -36,8 +36,16 @@ from types import MappingProxyType
 from typing import Final
 
 from tierlog.log.log_config import BROKER_KEYS, LogConfig, ignored_broker_settings
-from tierlog.properties import load_properties, parse_bool, parse_int, parse_long, parse_string
+from tierlog.properties import (
+    did_you_mean,
+    load_properties,
+    parse_bool,
+    parse_int,
+    parse_long,
+    parse_string,
+)
 from tierlog.rlm.config import IGNORED_KEYS as RLM_IGNORED_KEYS
+from tierlog.rlm.config import KEYS as RLM_KEYS
 from tierlog.rlm.config import RemoteLogManagerConfig
 from tierlog.spi import ConfigError
 
@@ -100,6 +108,10 @@ IGNORED_NODE_KEYS: Final[Mapping[str, str]] = MappingProxyType(
 )
 """Broker keys a single node has no use for but which a server.properties copied from a Kafka
 broker holds, each with why it has no effect: accepted, and reported (not as unknown)."""
+
+_KNOWN_KEYS: Final = NODE_KEYS | BROKER_KEYS | RLM_KEYS | frozenset(IGNORED_NODE_KEYS)
+"""Every key a node accepts (plugin keys under a prefix aside): what an unknown key is compared
+with for a "did you mean"."""
 
 
 @dataclass(frozen=True)
@@ -193,10 +205,11 @@ class NodeConfig:
         strict = parse_bool("tierlog.config.strict", props.get("tierlog.config.strict", "false"))
         where = f" in {source}" if source else ""
         for key in unknown:
+            hint = did_you_mean(key, _KNOWN_KEYS)
             if strict:
-                raise ConfigError(f"The configuration {key}{where} is not a known config")
+                raise ConfigError(f"The configuration {key}{where} is not a known config{hint}")
             _LOG.warning(
-                "The configuration %s was supplied%s but isn't a known config.", key, where
+                "The configuration %s was supplied%s but isn't a known config%s.", key, where, hint
             )
         ignored = _ignored_settings(props)
         for setting, reason in ignored.items():
