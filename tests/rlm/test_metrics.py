@@ -23,6 +23,8 @@ POOL = "kafka_log_remote_remotestoragethreadpool_"
 # Written out by hand from Strimzi's rules, independently of metrics.prometheus_name.
 EXPECTED_SAMPLE_NAMES = {
     # BrokerTopicMetrics meters (Count -> counter, "PerSec" dropped)
+    BTM + "bytesin_total",
+    BTM + "messagesin_total",
     BTM + "remotefetchbytes_total",
     BTM + "remotefetchrequests_total",
     BTM + "remotefetcherrors_total",
@@ -51,6 +53,11 @@ EXPECTED_SAMPLE_NAMES = {
     # kafka.log.remote:type=RemoteStorageThreadPool
     POOL + "remotelogreadertaskqueuesize",
     POOL + "remotelogreaderavgidle_percent",
+    # kafka.log:type=Log, per partition
+    "kafka_log_log_size",
+    "kafka_log_log_logendoffset",
+    "kafka_log_log_logstartoffset",
+    "kafka_log_log_numlogsegments",
     # Expiry meters of the delayed remote operations
     "kafka_server_delayedremotefetchmetrics_expires_total",
     "kafka_server_delayedremotelistoffsetsmetrics_expires_total",
@@ -114,6 +121,9 @@ def record_everything(metrics: RemoteStorageMetrics) -> None:
     metrics.bind_quota(RLMQuotaManager("RLMFetch", 100))
     metrics.record_remote_fetch_expired()
     metrics.record_remote_list_offsets_expired("orders", 0)
+    metrics.record_append("orders", 500, 4)
+    for name in ("Size", "LogEndOffset", "LogStartOffset", "NumLogSegments"):
+        metrics.register_gauge_callback(name, {"topic": "orders", "partition": 0}, lambda: 1)
 
 
 # Names -----------------------------------------------------------------------------------------
@@ -133,7 +143,7 @@ def test_every_kafka_metric_is_exposed_under_its_dashboard_name(
 
 def test_catalogue_keeps_the_kafka_mbean_next_to_each_name() -> None:
     by_kafka = {spec.kafka_name: spec for spec in METRICS}
-    assert len({spec.mbean for spec in METRICS}) == len(METRICS) == 31
+    assert len({spec.mbean for spec in METRICS}) == len(METRICS) == 37
     spec = by_kafka["RemoteFetchBytesPerSec"]
     assert spec.mbean == (
         "kafka.server:type=BrokerTopicMetrics,name=RemoteFetchBytesPerSec,topic=<topic>"
@@ -276,6 +286,49 @@ def test_instances_do_not_share_state() -> None:
     assert value(series(first.expose()), BTM + "remotecopybytes_total") == 1000
     # Nothing leaks into prometheus_client's process-wide default registry either.
     assert b"brokertopicmetrics" not in generate_latest(REGISTRY)
+
+
+def test_appends_are_counted_in_per_topic_and_all_topics(metrics: RemoteStorageMetrics) -> None:
+    metrics.record_append("orders", 1000, 10)
+    metrics.record_append("orders", 24, 1)
+    metrics.record_append("payments", 76, 2)
+    scraped = series(metrics.expose())
+    assert value(scraped, BTM + "bytesin_total", topic="orders") == 1024
+    assert value(scraped, BTM + "bytesin_total") == 1100
+    assert value(scraped, BTM + "messagesin_total", topic="orders") == 11
+    assert value(scraped, BTM + "messagesin_total", topic="payments") == 2
+    assert value(scraped, BTM + "messagesin_total") == 13
+    with pytest.raises(ValueError, match="cannot mark"):
+        metrics.record_append("orders", -1, 1)
+
+
+def test_log_gauges_are_per_partition_and_outlive_the_partitions_tiering(
+    metrics: RemoteStorageMetrics,
+) -> None:
+    offsets = {0: 40, 1: 7}
+    for p in list(offsets):
+        labels = {"topic": "orders", "partition": p}
+        metrics.register_gauge_callback("LogEndOffset", labels, lambda p=p: offsets[p])
+        metrics.register_gauge_callback("Size", labels, lambda: 4096)
+    scraped = series(metrics.expose())
+    log_end = "kafka_log_log_logendoffset"
+    assert value(scraped, log_end, topic="orders", partition="0") == 40
+    assert value(scraped, log_end, topic="orders", partition="1") == 7
+    # Kafka's Log MBeans are per partition: no topic sum, no all-partitions series.
+    assert {labels for name, labels in scraped if name == log_end} == {
+        frozenset({("topic", "orders"), ("partition", "0")}),
+        frozenset({("topic", "orders"), ("partition", "1")}),
+    }
+    offsets[0] = 41  # read at each scrape
+    metrics.remove_partition("orders", 1)  # tiering stopped: the log is still there
+    scraped = series(metrics.expose())
+    assert value(scraped, log_end, topic="orders", partition="0") == 41
+    assert value(scraped, log_end, topic="orders", partition="1") == 7
+    metrics.unregister_gauge_callback("LogEndOffset", {"topic": "orders", "partition": 1})
+    metrics.remove_topic("orders")
+    assert not any(name.startswith("kafka_log_log_") for name, _ in series(metrics.expose()))
+    with pytest.raises(ValueError, match="labels"):
+        metrics.register_gauge_callback("Size", {"topic": "orders"}, lambda: 1)
 
 
 def test_expired_remote_operations_are_counted_as_kafka_does(

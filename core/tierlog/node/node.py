@@ -54,6 +54,7 @@ from tierlog.log.local_log import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     LocalLog,
+    LogAppendInfo,
     OffsetMovedToTieredStorageError,
 )
 from tierlog.log.reader import iter_batches_with_records
@@ -545,6 +546,9 @@ class Node:
                 p.log.delete()
             del self._topics[name]
             self._save_topics()
+            # Its series go with it (Kafka's BrokerTopicStats.removeMetrics and the log's
+            # removeLogMetrics); the all-topics counts keep what it contributed.
+            self.metrics.remove_topic(name)
 
     def topics(self) -> dict[str, dict[str, Any]]:
         with self._lock:
@@ -573,7 +577,22 @@ class Node:
             TopicIdPartition(topic.topic_id, topic.name, partition), log, leader_epoch=-1
         )
         self._partitions[key] = part
+        self._register_log_gauges(part)
         return part
+
+    def _register_log_gauges(self, part: _Partition) -> None:
+        """Kafka's ``kafka.log:type=Log`` gauges of a partition, read from its log at each
+        scrape (``UnifiedLog.newMetrics``)."""
+        log = part.log
+        labels: dict[str, str | int] = {"topic": part.tp.topic, "partition": part.tp.partition}
+        gauges: dict[str, Callable[[], float]] = {
+            "Size": lambda: float(log.size()),
+            "LogEndOffset": lambda: float(log.log_end_offset),
+            "LogStartOffset": lambda: float(log.log_start_offset),
+            "NumLogSegments": lambda: float(len(log.segments)),
+        }
+        for name, read in gauges.items():
+            self.metrics.register_gauge_callback(name, labels, read)
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
         name = f"{topic}-{partition}"
@@ -695,9 +714,7 @@ class Node:
             nonlocal first, last, append_time, batch, size
             if not batch:
                 return
-            info = part.log.append_as_leader(
-                build_batch(batch, compression=compression), part.leader_epoch
-            )
+            info = self._append_to_log(part, build_batch(batch, compression=compression))
             if first < 0:
                 first = info.first_offset
             last = info.last_offset
@@ -732,10 +749,26 @@ class Node:
         if origin not in ("client", "coordinator"):
             raise InvalidArgumentError(f"origin must be client or coordinator, got {origin!r}")
         part = self._partition(topic, partition)
-        info = part.log.append_as_leader(batches, part.leader_epoch, origin=origin)
+        info = self._append_to_log(part, batches, origin)
         return ProduceResult(
             topic, partition, info.first_offset, info.last_offset, info.log_append_time
         )
+
+    def _append_to_log(
+        self,
+        part: _Partition,
+        batches: bytes,
+        origin: Literal["client", "coordinator"] = "client",
+    ) -> LogAppendInfo:
+        """Append as leader and mark ``BytesInPerSec`` / ``MessagesInPerSec`` as Kafka's
+        ``ReplicaManager.appendToLocalLog`` does once an append succeeded: the batches' bytes
+        and the records appended (a producer's retry of a batch already in the log counts again,
+        as there)."""
+        info = part.log.append_as_leader(batches, part.leader_epoch, origin=origin)
+        self.metrics.record_append(
+            part.tp.topic, len(batches), info.last_offset - info.first_offset + 1
+        )
+        return info
 
     # Reading -------------------------------------------------------------------------------------
     def fetch(

@@ -1,4 +1,9 @@
-"""Kafka's tiered-storage metrics, exported for Prometheus under the names Kafka dashboards expect.
+"""A node's Kafka metrics, exported for Prometheus under the names Kafka dashboards expect.
+
+Mostly the tiered-storage families (``RemoteStorageMetrics``, the RLM's); beside them the log's
+own, which a node records as a broker does: ``kafka.log:type=Log`` (size, offsets and segments of
+each partition) and ``BrokerTopicMetrics`` ``BytesInPerSec`` / ``MessagesInPerSec``, so that a
+dashboard shows what is written next to what is tiered.
 
 A Kafka broker publishes these metrics as JMX MBeans; Prometheus usually scrapes them through the
 JMX exporter with Strimzi's rule set (``packaging/examples/metrics/kafka-metrics.yaml``, with
@@ -24,11 +29,26 @@ rules take one key/value pair at most; the retention percentages keep both of th
 deprecated ``org.apache.kafka.storage.internals.log`` domain (until 5.0) are not exported.
 
 As in Kafka, the all-topics series carry no ``topic`` label, next to the per-topic series of the
-same name. Partition-level gauge values are summed into their topic and topics into the
-all-topics value (Kafka's ``BrokerTopicStats``/``GaugeWrapper``); no partition label is exported.
+same name. Partition-level gauge values of ``BrokerTopicMetrics`` are summed into their topic and
+topics into the all-topics value (Kafka's ``BrokerTopicStats``/``GaugeWrapper``); no partition
+label is exported for them. The ``kafka.log:type=Log`` gauges are per partition in Kafka (MBean
+keys ``topic`` and ``partition``), and so are their series (Strimzi's ``topic=(.+),
+partition=(.*)`` rule).
 
 The mapping, Kafka MBean first (``[..]`` marks the all-topics form without the key):
 
+- ``kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec[,topic=t] (Count)``
+  -> ``kafka_server_brokertopicmetrics_bytesin_total{[topic]}``
+- ``kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec[,topic=t]``
+  -> ``kafka_server_brokertopicmetrics_messagesin_total{[topic]}``
+- ``kafka.log:type=Log,name=Size,topic=t,partition=p (Value)``
+  -> ``kafka_log_log_size{topic,partition}``
+- ``kafka.log:type=Log,name=LogEndOffset,topic=t,partition=p``
+  -> ``kafka_log_log_logendoffset{topic,partition}``
+- ``kafka.log:type=Log,name=LogStartOffset,topic=t,partition=p``
+  -> ``kafka_log_log_logstartoffset{topic,partition}``
+- ``kafka.log:type=Log,name=NumLogSegments,topic=t,partition=p``
+  -> ``kafka_log_log_numlogsegments{topic,partition}``
 - ``kafka.server:type=BrokerTopicMetrics,name=RemoteFetchBytesPerSec[,topic=t] (Count)``
   -> ``kafka_server_brokertopicmetrics_remotefetchbytes_total{[topic]}``
 - ``kafka.server:type=BrokerTopicMetrics,name=RemoteFetchRequestsPerSec[,topic=t]``
@@ -119,6 +139,7 @@ __all__ = [
     "BROKER_TOPIC_GAUGES",
     "BROKER_TOPIC_METERS",
     "DEFAULT_READER_FETCH_BUCKETS_MS",
+    "LOG_GAUGES",
     "METRICS",
     "MetricKind",
     "MetricSpec",
@@ -178,12 +199,15 @@ def _yammer(
 _BTM = ("kafka.server", "BrokerTopicMetrics")
 _RLM = ("kafka.log.remote", "RemoteLogManager")
 _POOL = ("kafka.log.remote", "RemoteStorageThreadPool")
+_LOG_MBEAN = ("kafka.log", "Log")
 
 BROKER_TOPIC_METERS: dict[str, MetricSpec] = {
     spec.kafka_name: spec
     for spec in (
         _yammer(*_BTM, name, "counter", labels=("topic",), doc=doc)
         for name, doc in (
+            ("BytesInPerSec", "Bytes appended to the partitions' logs as leader"),
+            ("MessagesInPerSec", "Records appended to the partitions' logs as leader"),
             ("RemoteFetchBytesPerSec", "Bytes read from remote storage"),
             ("RemoteFetchRequestsPerSec", "Remote-storage reads started"),
             ("RemoteFetchErrorsPerSec", "Remote-storage reads that failed"),
@@ -197,7 +221,8 @@ BROKER_TOPIC_METERS: dict[str, MetricSpec] = {
         )
     )
 }
-"""Kafka's remote-storage meters of ``BrokerTopicMetrics`` (per topic and all topics)."""
+"""Kafka's meters of ``BrokerTopicMetrics`` (per topic and all topics): bytes and messages in,
+and those of remote storage."""
 
 BROKER_TOPIC_GAUGES: dict[str, MetricSpec] = {
     spec.kafka_name: spec
@@ -216,45 +241,63 @@ BROKER_TOPIC_GAUGES: dict[str, MetricSpec] = {
 }
 """Kafka's remote-storage gauges of ``BrokerTopicMetrics``: partition values summed per topic."""
 
-_LABELLED_GAUGES: dict[str, MetricSpec] = {
+LOG_GAUGES: dict[str, MetricSpec] = {
     spec.kafka_name: spec
     for spec in (
-        _yammer(
-            *_RLM,
-            "RemoteLogManagerTasksAvgIdlePercent",
-            "gauge",
-            labels=(),
-            doc="Idle fraction of the copier thread pool",
-        ),
-        _yammer(
-            *_RLM,
-            "RetentionSizeInPercent",
-            "gauge",
-            labels=("topic", "partition"),
-            doc="Total (local + remote) log size as a percentage of retention.bytes",
-        ),
-        _yammer(
-            *_RLM,
-            "LocalRetentionSizeInPercent",
-            "gauge",
-            labels=("topic", "partition"),
-            doc="Local log size as a percentage of local.retention.bytes",
-        ),
-        _yammer(
-            *_POOL,
-            "RemoteLogReaderTaskQueueSize",
-            "gauge",
-            labels=(),
-            doc="Remote reads waiting for a reader thread",
-        ),
-        _yammer(
-            *_POOL,
-            "RemoteLogReaderAvgIdlePercent",
-            "gauge",
-            labels=(),
-            doc="Idle fraction of the remote-log reader pool",
-        ),
+        _yammer(*_LOG_MBEAN, name, "gauge", labels=("topic", "partition"), doc=doc)
+        for name, doc in (
+            ("Size", "Bytes of the partition's local log segments"),
+            ("LogEndOffset", "Offset of the partition's next record"),
+            ("LogStartOffset", "First offset of the partition (remote storage included)"),
+            ("NumLogSegments", "Local log segments of the partition"),
+        )
     )
+}
+"""Kafka's ``UnifiedLog`` gauges (``kafka.log:type=Log``), one series per partition; the node
+registers a callback for each (``register_gauge_callback``)."""
+
+_LABELLED_GAUGES: dict[str, MetricSpec] = {
+    **LOG_GAUGES,
+    **{
+        spec.kafka_name: spec
+        for spec in (
+            _yammer(
+                *_RLM,
+                "RemoteLogManagerTasksAvgIdlePercent",
+                "gauge",
+                labels=(),
+                doc="Idle fraction of the copier thread pool",
+            ),
+            _yammer(
+                *_RLM,
+                "RetentionSizeInPercent",
+                "gauge",
+                labels=("topic", "partition"),
+                doc="Total (local + remote) log size as a percentage of retention.bytes",
+            ),
+            _yammer(
+                *_RLM,
+                "LocalRetentionSizeInPercent",
+                "gauge",
+                labels=("topic", "partition"),
+                doc="Local log size as a percentage of local.retention.bytes",
+            ),
+            _yammer(
+                *_POOL,
+                "RemoteLogReaderTaskQueueSize",
+                "gauge",
+                labels=(),
+                doc="Remote reads waiting for a reader thread",
+            ),
+            _yammer(
+                *_POOL,
+                "RemoteLogReaderAvgIdlePercent",
+                "gauge",
+                labels=(),
+                doc="Idle fraction of the remote-log reader pool",
+            ),
+        )
+    },
 }
 
 _READER_FETCH = _yammer(
@@ -393,6 +436,20 @@ class RemoteStorageMetrics:
         self.registry.register(self)
 
     # Meters ---------------------------------------------------------------------------------------
+    def record_append(self, topic: str, num_bytes: int, num_messages: int) -> None:
+        """A leader appended ``num_messages`` records in ``num_bytes`` of batches to a partition
+        of ``topic`` (``BytesInPerSec`` and ``MessagesInPerSec``, marked as Kafka's
+        ``ReplicaManager`` marks them after each append: the request's bytes, the records
+        appended)."""
+        if num_bytes < 0 or num_messages < 0:
+            raise ValueError(f"an append cannot mark {num_bytes} bytes, {num_messages} messages")
+        with self._lock:
+            self._topics.add(topic)
+            for name, amount in (("BytesInPerSec", num_bytes), ("MessagesInPerSec", num_messages)):
+                per_topic = self._meters_topic[name]
+                per_topic[topic] = per_topic.get(topic, 0.0) + amount
+                self._meters_all[name] += amount
+
     def record_copy(self, topic: str, num_bytes: int) -> None:
         """A segment copy finished: ``RemoteCopyRequestsPerSec`` + ``RemoteCopyBytesPerSec``.
 
@@ -581,7 +638,9 @@ class RemoteStorageMetrics:
         ``labels`` are the MBean's keys: none for the pool gauges
         (``RemoteLogManagerTasksAvgIdlePercent``, ``RemoteLogReaderTaskQueueSize``,
         ``RemoteLogReaderAvgIdlePercent``); ``topic`` and ``partition`` for the retention
-        percentages and for the ``BrokerTopicMetrics`` gauges, whose callback gives one
+        percentages, for the log's gauges (``LOG_GAUGES``: ``Size``, ``LogEndOffset``,
+        ``LogStartOffset``, ``NumLogSegments``) and for the ``BrokerTopicMetrics`` gauges, whose
+        callback gives one
         partition's value to be summed into its topic (e.g. ``RemoteLogMetadataCount`` read from
         the RLMM). A later registration, or a ``set_*`` call, replaces it. A callback that
         raises or returns NaN is left out of that scrape.
@@ -633,7 +692,9 @@ class RemoteStorageMetrics:
         """Forget a partition this node no longer leads (Kafka's ``stopPartitions`` and
         leadership loss: ``removeRemoteTopicPartitionMetrics`` and the expiration task's
         ``cancel``). Its gauge values leave the topic and all-topics sums; the topic's meters
-        stay, as in Kafka."""
+        stay, as in Kafka. The ``kafka.log:type=Log`` gauges are the log's, not tiering's: they
+        stay until their owner unregisters them (a partition whose tiering stops still has a
+        log)."""
         key = _partition_labels(topic, partition)
         with self._lock:
             for values in self._partition_gauges.values():
@@ -643,7 +704,8 @@ class RemoteStorageMetrics:
 
     def remove_topic(self, topic: str) -> None:
         """Forget a topic entirely (``BrokerTopicStats.removeMetrics`` when the node holds no
-        partition of it any more). All-topics counters keep what the topic contributed."""
+        partition of it any more): every series labelled with it. All-topics counters keep what
+        the topic contributed."""
         with self._lock:
             self._fold_reads_locked()  # the topic's reads count in the all-topics meters
             self._topics.discard(topic)
@@ -652,8 +714,7 @@ class RemoteStorageMetrics:
             for values in self._partition_gauges.values():
                 for key in [k for k in values if k[0] == topic]:
                     del values[key]
-            for name in ("RetentionSizeInPercent", "LocalRetentionSizeInPercent"):
-                labelled = self._labelled[name]
+            for labelled in self._labelled.values():
                 for label_key in [k for k in labelled if dict(k).get("topic") == topic]:
                     del labelled[label_key]
             for per_partition in self._delayed_labelled.values():
