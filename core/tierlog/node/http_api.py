@@ -5,7 +5,7 @@ produce``/``consume``/``topics``/``status`` commands, ``TierlogClient``, curl, a
 one. Standard library only (``http.server.ThreadingHTTPServer``, one daemon thread per
 connection): a node must not need a web framework to be operated. ``tierlog serve`` runs it on
 ``tierlog.http.host``/``tierlog.http.port`` (port 0 picks a free port; ``HttpApi.port`` is the
-bound one).
+bound one). The reference for users, with examples, is ``docs/http-api.md``.
 
 Endpoints (bodies are JSON unless said otherwise; ``PartitionStatus`` is ``Node.status``'s)::
 
@@ -128,6 +128,7 @@ __all__ = [
     "HttpApi",
     "MAX_FETCH_BYTES",
     "TopicExistsError",
+    "endpoints",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -665,6 +666,20 @@ _ROUTES: Final = (
         {"GET": _offsets},
     ),
 )
+
+
+def endpoints() -> list[tuple[str, str]]:
+    """Every ``(method, path)`` the API serves, path parameters written ``{name}``
+    (``/topics/{topic}``), in routing order. HEAD is also served wherever GET is.
+
+    ``docs/http-api.md`` documents each of them; a test holds the two together, so that an
+    endpoint added here cannot go undocumented.
+    """
+    out = []
+    for route in _ROUTES:
+        path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", route.pattern.pattern)
+        out.extend((method, path) for method in route.methods)
+    return out
 
 
 def _error_for(exc: BaseException, stopping: bool) -> _HttpError:
