@@ -675,7 +675,7 @@ def endpoints() -> list[tuple[str, str]]:
     ``docs/http-api.md`` documents each of them; a test holds the two together, so that an
     endpoint added here cannot go undocumented.
     """
-    out = []
+    out: list[tuple[str, str]] = []
     for route in _ROUTES:
         path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", route.pattern.pattern)
         out.extend((method, path) for method in route.methods)
