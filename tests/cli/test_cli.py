@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -243,3 +244,50 @@ def test_partition_command_checks_int32_ranges(
         *[x for kv in args.items() for x in kv],
     )
     assert code == 2 and flag in err
+
+
+# Help texts --------------------------------------------------------------------------------------
+_HELP_OWNED_ELSEWHERE = {
+    # cli/_metadata.py is another module's: its missing help texts are reported to its owner,
+    # and tolerated here (only these two) until they are written.
+    ("metadata", "decode", "value"),
+    ("metadata", "encode", "value"),
+}
+
+
+def _arguments_without_help(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[str, ...]]:
+    missing: list[tuple[str, ...]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not helps.get(name):
+                    missing.append((*path, name))
+                missing += _arguments_without_help(sub, (*path, name))
+        elif isinstance(action, argparse._HelpAction):
+            continue  # argparse's own -h/--help
+        elif not action.help or action.help == argparse.SUPPRESS:
+            missing.append(
+                (*path, action.option_strings[-1] if action.option_strings else action.dest)
+            )
+    return missing
+
+
+def test_every_subcommand_and_argument_has_a_help_text() -> None:
+    from tierlog.cli import build_parser
+
+    missing = [m for m in _arguments_without_help(build_parser()) if m not in _HELP_OWNED_ELSEWHERE]
+    assert missing == []
+
+
+def test_the_help_walk_finds_an_argument_without_help() -> None:
+    parser = argparse.ArgumentParser(prog="x")
+    commands = parser.add_subparsers()
+    sub = commands.add_parser("sub", help="a subcommand")
+    sub.add_argument("--documented", help="yes")
+    sub.add_argument("--bare")
+    sub.add_argument("thing")
+    commands.add_parser("quiet")
+    assert _arguments_without_help(parser) == [("sub", "--bare"), ("sub", "thing"), ("quiet",)]

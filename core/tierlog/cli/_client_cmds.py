@@ -103,10 +103,15 @@ def _add_produce(commands: Any) -> None:
         description="Send each VALUE, or each line of --from-file or stdin, as a record.",
     )
     _add_connection_args(parser)
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", required=True, help="the topic to write to")
     parser.add_argument("--partition", type=int, help="default: the node's partitioner")
     parser.add_argument("--key", help="the key of every record (UTF-8)")
-    parser.add_argument("--compression", choices=_COMPRESSIONS, default="none")
+    parser.add_argument(
+        "--compression",
+        choices=_COMPRESSIONS,
+        default="none",
+        help="codec of the record batches the node writes (default none)",
+    )
     parser.add_argument("--from-file", metavar="FILE", help="one record per line ('-': stdin)")
     parser.add_argument("values", nargs="*", metavar="VALUE", help="record values")
     parser.set_defaults(handler=run_produce)
@@ -167,7 +172,7 @@ def _add_consume(commands: Any) -> None:
         description="Print the records of a topic, like kafka-console-consumer.",
     )
     _add_connection_args(parser)
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", required=True, help="the topic to read")
     parser.add_argument("--partition", type=int, help="default: every partition")
     start = parser.add_mutually_exclusive_group()
     start.add_argument(
@@ -179,8 +184,16 @@ def _add_consume(commands: Any) -> None:
         "--isolation",
         choices=("read_uncommitted", "read_committed"),
         default="read_uncommitted",
+        help="read_committed stops at the last stable offset and skips aborted transactions "
+        "(default read_uncommitted)",
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: each value on a line ('null' for none); json: one object per record with "
+        "partition, offset, timestamp, key, value and headers (default text)",
+    )
     parser.add_argument(
         "--follow", action="store_true", help="keep polling at the end instead of stopping"
     )
@@ -309,7 +322,7 @@ def _add_topics(commands: Any) -> None:
 
     create = actions.add_parser("create", help="create a topic")
     _add_connection_args(create, inherited=True)
-    create.add_argument("name")
+    create.add_argument("name", metavar="NAME", help="the new topic's name")
     create.add_argument("--partitions", type=int, help="default: the node's num.partitions")
     create.add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE", help="a topic config"
@@ -318,19 +331,33 @@ def _add_topics(commands: Any) -> None:
 
     describe = actions.add_parser("describe", help="a topic (or all) and its partitions as JSON")
     _add_connection_args(describe, inherited=True)
-    describe.add_argument("name", nargs="?")
+    describe.add_argument(
+        "name", nargs="?", metavar="NAME", help="the topic (default: every topic, as a list)"
+    )
     describe.set_defaults(handler=run_topics_describe)
 
     alter = actions.add_parser("alter", help="set or remove topic config overrides")
     _add_connection_args(alter, inherited=True)
-    alter.add_argument("name")
-    alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    alter.add_argument("name", metavar="NAME", help="the topic to change")
+    alter.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a topic config override (repeatable)",
+    )
+    alter.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="remove an override: the node's default applies again (repeatable)",
+    )
     alter.set_defaults(handler=run_topics_alter)
 
     delete = actions.add_parser("delete", help="delete a topic, remote data included")
     _add_connection_args(delete, inherited=True)
-    delete.add_argument("name")
+    delete.add_argument("name", metavar="NAME", help="the topic to delete")
     delete.set_defaults(handler=run_topics_delete)
 
 
