@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tierlog.cli import main
+from tierlog.cli._client_cmds import human_bytes
 from tierlog.log.recovery import read_offsets_checkpoint
 from tierlog.metadata.partitioner import murmur2
 from tierlog.node import Node, NodeConfig
@@ -304,6 +306,39 @@ def test_status_command(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     ]
     code, out, _ = run(capsys, "status", "--url", url, "--topic", "t", "--json")
     assert [s["log_end_offset"] for s in json.loads(out)] == [0, 3]
+
+
+def test_status_text_shows_sizes_in_binary_units_and_json_the_bytes(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(capsys, "topics", "--url", url, "create", "t")
+    run(capsys, "produce", "--url", url, "--topic", "t", "x" * 3000)
+    code, out, _ = run(capsys, "status", "--url", url, "--json")
+    assert code == 0
+    (status,) = json.loads(out)
+    local_bytes = status["local_bytes"]
+    assert 3000 < local_bytes < 4096  # exact bytes in JSON
+    code, out, _ = run(capsys, "status", "--url", url)
+    assert code == 0
+    header, row = (re.split(r"\s{2,}", line) for line in out.splitlines())
+    cells = dict(zip(header, row, strict=True))
+    assert cells["LOCAL"] == f"1/{local_bytes / 1024:.1f} KiB"
+    assert cells["REMOTE"] == "0/0 B"
+    assert cells["COPY-LAG"] == "0/0 B"
+
+
+@pytest.mark.parametrize(
+    ("num_bytes", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (3_060_111, "2.9 MiB"),
+        (5 * 1024**3 + 1024**3 // 2, "5.5 GiB"),
+    ],
+)
+def test_human_bytes(num_bytes: int, text: str) -> None:
+    assert human_bytes(num_bytes) == text
 
 
 def test_client_commands_report_an_unreachable_node(

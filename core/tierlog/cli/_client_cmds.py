@@ -32,7 +32,8 @@ prints each value (``null`` for none), ``json`` one object per record with parti
 timestamp, key, value and headers (UTF-8 text, invalid bytes replaced).
 
 ``topics describe`` and ``status --json`` print JSON; ``status`` prints one line per partition
-with its offsets, local and remote segments, and copy lag.
+with its offsets, local and remote segments, and copy lag, as ``segments/size`` with sizes in
+binary units (``3/2.9 MiB``; ``--json`` has the exact bytes).
 """
 
 from __future__ import annotations
@@ -421,6 +422,17 @@ def _add_status(commands: Any) -> None:
     parser.set_defaults(handler=run_status)
 
 
+def human_bytes(n: int) -> str:
+    """``n`` bytes for a reader: ``512 B``, ``3.0 KiB``, ``2.9 MiB``, ``1.2 GiB`` (binary units,
+    one decimal). Text output only: ``--json`` keeps exact byte counts."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
 _STATUS_COLUMNS: Final = (
     ("PARTITION", lambda s: f"{s.topic}-{s.partition}"),
     ("LOG-START", lambda s: s.log_start_offset),
@@ -428,9 +440,9 @@ _STATUS_COLUMNS: Final = (
     ("LOG-END", lambda s: s.log_end_offset),
     ("HW", lambda s: s.high_watermark),
     ("TIERED-TO", lambda s: s.highest_offset_in_remote_storage),
-    ("LOCAL", lambda s: f"{s.local_segments}/{s.local_bytes}B"),
-    ("REMOTE", lambda s: f"{s.remote_segments}/{s.remote_bytes}B"),
-    ("COPY-LAG", lambda s: f"{s.copy_lag_segments}/{s.copy_lag_bytes}B"),
+    ("LOCAL", lambda s: f"{s.local_segments}/{human_bytes(s.local_bytes)}"),
+    ("REMOTE", lambda s: f"{s.remote_segments}/{human_bytes(s.remote_bytes)}"),
+    ("COPY-LAG", lambda s: f"{s.copy_lag_segments}/{human_bytes(s.copy_lag_bytes)}"),
 )
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from tierlog.cli._client_cmds import human_bytes
 from tierlog.spi import ConfigError
 
 if TYPE_CHECKING:
@@ -78,15 +79,6 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run, configures_logging=True)
 
 
-def _human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 def progress_line(statuses: Iterable[PartitionStatus]) -> str:
     """One line summarising every topic: ``topic: leo=N local=S segs/B remote=S segs/B
     lag=B/S segs``, topics separated by ``; ``."""
@@ -106,9 +98,9 @@ def progress_line(statuses: Iterable[PartitionStatus]) -> str:
     if not topics:
         return "progress: no topics"
     parts = [
-        f"{name}: leo={t['leo']} local={t['ls']} segs/{_human_bytes(t['lb'])} "
-        f"remote={t['rs']} segs/{_human_bytes(t['rb'])} "
-        f"copy lag={_human_bytes(t['lagb'])}/{t['lags']} segs"
+        f"{name}: leo={t['leo']} local={t['ls']} segs/{human_bytes(t['lb'])} "
+        f"remote={t['rs']} segs/{human_bytes(t['rb'])} "
+        f"copy lag={human_bytes(t['lagb'])}/{t['lags']} segs"
         for name, t in sorted(topics.items())
     ]
     return "progress: " + "; ".join(parts)
