@@ -33,7 +33,8 @@ def test_a_small_quickstart_tiers_verifies_expires_and_leaves_a_config_for_serve
     tmp_path: Path,
 ) -> None:
     directory = tmp_path / "qs"
-    result, progress = quickstart(directory)
+    tiered_files: list[Path] = []
+    result, progress = quickstart(directory, lambda node: tiered_files.extend(remote_logs(node)))
     assert result.problems == []
     assert result.ok and result.exit_code == 0
     assert result.records_written == SIZE_MIB * 1024  # 1 KiB records
@@ -61,6 +62,14 @@ def test_a_small_quickstart_tiers_verifies_expires_and_leaves_a_config_for_serve
     for phase in ("[produce]", "[tier]", "[consume]", "[expire]"):
         assert phase in progress
     assert "100.0%" in progress
+    # The deletions are reported once, after remote retention ran, and it is the real number:
+    # the remote segment files that are gone.
+    left = list((directory / "logs" / REMOTE_STORAGE_DIR).rglob("*.log"))
+    deleted = len(tiered_files) - len(left)
+    assert deleted == result.segments_expired > 0
+    (deleted_line,) = [line for line in progress.splitlines() if "segments deleted" in line]
+    assert deleted_line.startswith(f"[expire] {deleted} remote segments deleted, log starts at ")
+    assert " 0 remote segments deleted" not in progress
 
     # The config is valid as it stands, and it reopens the same node with the same data.
     config = NodeConfig.from_file(result.config_path)
@@ -74,6 +83,10 @@ def test_a_small_quickstart_tiers_verifies_expires_and_leaves_a_config_for_serve
         first = node.fetch(TOPIC, 0, final.log_start_offset, timeout_s=120)
         assert first.from_remote
         assert first.records[0].key == f"0-{final.log_start_offset}".encode()
+
+
+def remote_logs(node: Node) -> list[Path]:
+    return list((node.config.log_dirs[0] / REMOTE_STORAGE_DIR).rglob("*.log"))
 
 
 def remote_segment_at_zero(node: Node) -> Path:

@@ -630,29 +630,36 @@ def _expire(
     _say(err, f"[expire] setting retention.bytes={result.retention_bytes} on {TOPIC}")
     node.alter_topic_config(TOPIC, {"retention.bytes": result.retention_bytes})
     started = time.monotonic()
+    deadline = started + wait_s
     last_line = ""
     while True:
         statuses = node.status(TOPIC)
-        expired = node.rlm.deleted_segments - deleted_before
-        line = f"[expire] {expired} remote segments deleted, log starts at " + ", ".join(
+        # Only the log start while waiting: the deletions are counted once retention ran.
+        line = "[expire] waiting for remote retention, log starts at " + ", ".join(
             f"{s.log_start_offset:,}" for s in statuses
         )
         if line != last_line:
             _say(err, line)
             last_line = line
         if (
-            expired > 0
+            node.rlm.deleted_segments > deleted_before
             and all(s.log_start_offset > 0 for s in statuses)
             and not any(_awaiting_deletion(node, s.partition, s.log_start_offset) for s in statuses)
         ):
             break
-        if time.monotonic() - started > wait_s:
+        if time.monotonic() > deadline:
             result.problems.append(
                 f"remote retention did not expire any segment within {wait_s:.0f} s"
             )
             return
         time.sleep(0.1)
+    _wait_for_expiration_runs(node, deadline)
     result.segments_expired = node.rlm.deleted_segments - deleted_before
+    _say(
+        err,
+        f"[expire] {result.segments_expired} remote segments deleted, log starts at "
+        + ", ".join(f"{s.log_start_offset:,}" for s in statuses),
+    )
     for s in statuses:
         result.expired_records += s.log_start_offset
         start = s.log_start_offset
@@ -671,6 +678,23 @@ def _expire(
                 f"partition {s.partition}: offset {start - 1}, below the log start, is still "
                 "readable after expiry"
             )
+
+
+def _wait_for_expiration_runs(node: Node, deadline: float) -> None:
+    """Let the topic's expiration runs in progress end. A run counts its deletions
+    (``RemoteLogManager.deleted_segments``) after publishing them, so a count read while it
+    still runs may miss its last ones; once it ended, the count is the real number."""
+    assert node.rlm is not None
+    for tp in node.partitions():
+        if tp.topic != TOPIC:
+            continue
+        for task in node.rlm.tasks(tp):
+            scheduled = task.scheduled
+            if task.kind != "expiration task" or scheduled is None:
+                continue
+            runs = scheduled.runs  # before ``running``: a run ending in between is counted
+            if scheduled.running:
+                scheduled.wait_runs(runs + 1, max(0.0, deadline - time.monotonic()))
 
 
 def _awaiting_deletion(node: Node, partition: int, log_start_offset: int) -> bool:
