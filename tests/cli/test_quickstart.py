@@ -159,6 +159,36 @@ def test_cli_runs_and_cleans_up(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert out.startswith("quickstart OK")
     assert "[consume]" in err
     assert not directory.exists()
+    # Nothing is left to rerun: the summary shows the settings it ran with, and no command or
+    # comment sending the user to the removed config file.
+    assert "Config it ran with (removed by --clean):" in out
+    assert "log.segment.bytes=" in out
+    assert "rerun" not in out.lower() and "tierlog serve" not in out
+    assert out.rstrip().endswith(f"{directory} was removed (--clean).")
+
+
+def test_summary_after_clean_of_a_given_directory_names_what_was_removed(tmp_path: Path) -> None:
+    config_path = tmp_path / "server.properties"
+    result = QuickstartResult(
+        tmp_path,
+        config_path,
+        f"# Rerun it with\n#   tierlog serve --config {config_path}\nnode.id=0\n",
+        size_mib=8,
+        record_bytes=1024,
+        partitions=1,
+        records_written=1,
+        records_verified=1,
+        kept=False,
+        removed=[tmp_path / "logs", config_path],
+    )
+    summary = result.summary()
+    assert "rerun" not in summary.lower() and "tierlog serve" not in summary
+    assert "  node.id=0" in summary
+    assert summary.endswith(f"{tmp_path / 'logs'} and {config_path} were removed (--clean).")
+    kept = QuickstartResult(
+        tmp_path, config_path, "node.id=0\n", 8, 1024, 1, records_written=1, records_verified=1
+    ).summary()
+    assert kept.endswith(f"Rerun this node with: tierlog serve --config {config_path}")
 
 
 @pytest.mark.parametrize(

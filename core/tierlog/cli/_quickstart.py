@@ -17,7 +17,8 @@ disk under the directory it prints) it runs a ``tierlog.Node`` in-process and:
    log start offset to move, and checks the new first record;
 6. prints a summary: records and MiB written, segments and bytes tiered, copy and remote read
    throughput, RSM requests per remote fetch, segments expired, final offsets, the config and
-   the command to rerun it with ``serve``.
+   the command to rerun it with ``serve`` (with ``--clean``, which removes the directory and
+   its config, the settings only: there is nothing left to rerun).
 
 It exits 0 only if every record was read back exactly; otherwise it names the first records
 that were wrong (partition, offset, what differed) and exits 1.
@@ -243,6 +244,8 @@ class QuickstartResult:
     final: list[PartitionOffsets] = field(default_factory=list)
     wall_s: float = 0.0
     kept: bool = True
+    removed: list[Path] = field(default_factory=list)
+    """What ``--clean`` removed (the directory, or the data and config in a directory given)."""
 
     @property
     def ok(self) -> bool:
@@ -321,13 +324,21 @@ class QuickstartResult:
         lines += [f"  {name.ljust(width)}  {value}" for name, value in rows]
         if self.problems:
             lines += ["", "Problems:"] + [f"  - {p}" for p in self.problems]
-        lines += ["", f"Config ({self.config_path}):"]
-        lines += [f"  {line}" for line in self.config_text.splitlines() if line.strip()]
-        lines.append("")
+        config_lines = [line for line in self.config_text.splitlines() if line.strip()]
         if self.kept:
-            lines.append(f"Rerun this node with: tierlog serve --config {self.config_path}")
+            lines += ["", f"Config ({self.config_path}):"]
+            lines += [f"  {line}" for line in config_lines]
+            lines += ["", f"Rerun this node with: tierlog serve --config {self.config_path}"]
         else:
-            lines.append(f"{self.directory} was removed (--clean).")
+            # The file is gone with the data: its comment's "Rerun it with" would send the user
+            # to a file that no longer exists.
+            lines += ["", "Config it ran with (removed by --clean):"]
+            lines += [f"  {line}" for line in config_lines if not line.startswith("#")]
+            removed = " and ".join(str(p) for p in self.removed) or str(self.directory)
+            lines += [
+                "",
+                f"{removed} {'were' if len(self.removed) > 1 else 'was'} removed (--clean).",
+            ]
         return "\n".join(lines)
 
 
@@ -470,9 +481,11 @@ def run_quickstart(
     if not keep and result.ok:
         if created:
             shutil.rmtree(directory, ignore_errors=True)
+            result.removed = [directory]
         else:
             shutil.rmtree(directory / "logs", ignore_errors=True)
             config_path.unlink(missing_ok=True)
+            result.removed = [directory / "logs", config_path]
         result.kept = False
     return result
 
