@@ -53,6 +53,7 @@ from typing import Any, Final, TextIO
 from tierlog.log.local_log import OffsetOutOfRangeError
 from tierlog.node.config import NodeConfig
 from tierlog.node.node import FetchResult, Node
+from tierlog.progress import Progress
 from tierlog.properties import format_properties
 from tierlog.spi import (
     InvalidArgumentError,
@@ -80,6 +81,8 @@ _PREFIX: Final = struct.Struct(">IQ")
 _BLOCK_BYTES: Final = MIB
 _SEED: Final = 405
 _MAX_PROBLEMS: Final = 10
+_PROGRESS_STEP: Final = 5.0
+"""Percent between two progress lines off a terminal (on one, ``Progress`` draws a bar)."""
 
 
 # Records ---------------------------------------------------------------------------------------
@@ -167,32 +170,6 @@ class _RsmCalls:
             if self.first_copy_start is None or self.last_copy_end is None:
                 return 0.0, self.copy_busy_s
             return self.last_copy_end - self.first_copy_start, self.copy_busy_s
-
-
-# Progress --------------------------------------------------------------------------------------
-class _Progress:
-    """One stderr line per ``step`` percent of a phase, with the rate so far."""
-
-    def __init__(self, err: TextIO, phase: str, total_bytes: int, step: float = 5.0) -> None:
-        self.err = err
-        self.phase = phase
-        self.total = max(1, total_bytes)
-        self.step = step
-        self.started = time.monotonic()
-        self._next = step
-
-    def update(self, done_bytes: int) -> None:
-        percent = 100.0 * done_bytes / self.total
-        if percent + 1e-9 < self._next and done_bytes < self.total:
-            return
-        while self._next <= percent:
-            self._next += self.step
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        _say(
-            self.err,
-            f"[{self.phase}] {percent:5.1f}%  {done_bytes / MIB:8.1f} MiB  "
-            f"{done_bytes / MIB / elapsed:7.1f} MiB/s",
-        )
 
 
 def _say(err: TextIO, line: str) -> None:
@@ -496,21 +473,21 @@ def _produce(
     per_partition, partitions = plan.per_partition, plan.partitions
     chunk = max(1, (256 * 1024) // records.record_bytes)
     total = per_partition * partitions * records.record_bytes
-    progress = _Progress(err, "produce", total)
     started = time.monotonic()
-    for base in range(0, per_partition, chunk):
-        end = min(base + chunk, per_partition)
-        for p in range(partitions):
-            batch = [(records.key(p, o), records.value(p, o)) for o in range(base, end)]
-            (written,) = node.produce(TOPIC, batch, partition=p)
-            if written.base_offset != base:
-                raise TierlogError(
-                    f"partition {p}: the node appended at offset {written.base_offset}, "
-                    f"expected {base}"
-                )
-            result.records_written += end - base
-            result.bytes_written += (end - base) * records.record_bytes
-        progress.update(result.bytes_written)
+    with Progress("produce", total, unit="bytes", file=err, step=_PROGRESS_STEP) as progress:
+        for base in range(0, per_partition, chunk):
+            end = min(base + chunk, per_partition)
+            for p in range(partitions):
+                batch = [(records.key(p, o), records.value(p, o)) for o in range(base, end)]
+                (written,) = node.produce(TOPIC, batch, partition=p)
+                if written.base_offset != base:
+                    raise TierlogError(
+                        f"partition {p}: the node appended at offset {written.base_offset}, "
+                        f"expected {base}"
+                    )
+                result.records_written += end - base
+                result.bytes_written += (end - base) * records.record_bytes
+            progress.update(result.bytes_written)
     result.produce_s = time.monotonic() - started
 
 
@@ -579,8 +556,20 @@ def _consume(
     """Read every partition from offset 0 and check every record (module docstring)."""
     per_partition, partitions = plan.per_partition, plan.partitions
     total = per_partition * partitions * records.record_bytes
-    progress = _Progress(err, "consume", total)
     started = time.monotonic()
+    with Progress("consume", total, unit="bytes", file=err, step=_PROGRESS_STEP) as progress:
+        _consume_partitions(node, records, plan, result, progress)
+    result.consume_s = time.monotonic() - started
+    if result.records_verified != result.records_written and not result.problems:
+        result.problems.append(
+            f"{result.records_verified} records verified of {result.records_written} written"
+        )
+
+
+def _consume_partitions(
+    node: Node, records: _Records, plan: _Plan, result: QuickstartResult, progress: Progress
+) -> None:
+    per_partition, partitions = plan.per_partition, plan.partitions
     for p in range(partitions):
         expected = 0
         max_bytes = FETCH_MAX_BYTES
@@ -623,11 +612,6 @@ def _consume(
                     result.records_verified += 1
                 expected = rec.offset + 1
             progress.update(result.records_verified * records.record_bytes)
-    result.consume_s = time.monotonic() - started
-    if result.records_verified != result.records_written and not result.problems:
-        result.problems.append(
-            f"{result.records_verified} records verified of {result.records_written} written"
-        )
 
 
 def _expire(
