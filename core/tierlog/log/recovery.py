@@ -48,6 +48,7 @@ from tierlog.log.files import (
     SWAP_FILE_SUFFIX,
     is_index_file,
     is_log_file,
+    leader_epoch_checkpoint_file,
     log_file,
     offset_from_file_name,
 )
@@ -62,14 +63,16 @@ from tierlog.log.producer_state import (
 )
 from tierlog.log.reader import iter_batches
 from tierlog.log.segment import LogSegment, LogSegments, read_end_txn_marker
-from tierlog.spi import CorruptRecordError, IllegalStateError, InvalidArgumentError
+from tierlog.spi import CorruptRecordError, IllegalStateError, InvalidArgumentError, TopicPartition
 
 __all__ = [
     "OFFSETS_CHECKPOINT_FILENAME",
+    "LoadedLog",
     "LoadedLogOffsets",
     "LogLoader",
     "OffsetsCheckpoint",
     "RecoveryReport",
+    "load_log",
     "load_producers_from_segment",
     "read_offsets_checkpoint",
     "rebuild_producer_state",
@@ -570,3 +573,73 @@ class LogLoader:
         if log_end is None:
             log_end = self._segments.active_segment.read_next_offset()
         return min(self._recovery_point_checkpoint, log_end), log_end
+
+
+# Loading a partition ---------------------------------------------------------------------------
+class LoadedLog(NamedTuple):
+    """A loaded partition directory: what ``LocalLog`` is built from."""
+
+    segments: LogSegments
+    leader_epoch_cache: LeaderEpochFileCache
+    producer_state: ProducerStateManager
+    offsets: LoadedLogOffsets
+    high_watermark: int
+    """The checkpointed high watermark (``LocalLog`` bounds it to the loaded log)."""
+    report: RecoveryReport
+
+
+def load_log(
+    directory: Path,
+    config: LogConfig,
+    topic_partition: TopicPartition,
+    *,
+    clock: Callable[[], int],
+    producer_id_expiration_ms: int,
+    max_transaction_timeout_ms: int,
+    sync: bool,
+) -> LoadedLog:
+    """Load (recovering as needed) the existing partition directory ``directory``.
+
+    The checkpoint says where recovery starts; a clean-shutdown marker in it is cleared before
+    loading, as Kafka deletes its marker, so a crash during or after loading recovers again.
+    """
+    checkpoint = read_offsets_checkpoint(directory) or OffsetsCheckpoint()
+    if checkpoint.clean_shutdown:
+        write_offsets_checkpoint(
+            directory,
+            OffsetsCheckpoint(
+                checkpoint.recovery_point,
+                checkpoint.log_start_offset,
+                checkpoint.high_watermark,
+                False,
+            ),
+            sync=sync,
+        )
+    epochs = LeaderEpochFileCache(leader_epoch_checkpoint_file(directory), sync=sync)
+    psm = ProducerStateManager(
+        directory,
+        producer_id_expiration_ms=producer_id_expiration_ms,
+        max_transaction_timeout_ms=max_transaction_timeout_ms,
+        clock=clock,
+        partition=str(topic_partition),
+        sync=sync,
+    )
+    segments = LogSegments()
+    loader = LogLoader(
+        directory,
+        config,
+        segments,
+        log_start_offset_checkpoint=checkpoint.log_start_offset,
+        recovery_point_checkpoint=checkpoint.recovery_point,
+        had_clean_shutdown=checkpoint.clean_shutdown,
+        leader_epoch_cache=epochs,
+        producer_state=psm,
+        remote_log_enabled=config.remote_log_enabled(topic_partition.topic),
+        clock=clock,
+    )
+    try:
+        offsets = loader.load()
+    except BaseException:
+        segments.close_handlers()
+        raise
+    return LoadedLog(segments, epochs, psm, offsets, checkpoint.high_watermark, loader.report)
