@@ -968,6 +968,34 @@ def test_offsets_checkpoint_dump(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert err.startswith(f"tierlog: error: malformed offsets checkpoint {path}")
 
 
+@pytest.mark.parametrize(
+    ("content", "what", "position"),
+    [
+        (b"\x00\x17garbage\n", "line 1 '\\x00\\x17garbage': the version is not an integer", 0),
+        (
+            b"0\n4\nrecovery-point 10\nlog-start-offset 2\nhigh-watermark x\nclean-shutdown 0\n",
+            "line 5 'high-watermark x': the value of high-watermark is not an integer",
+            41,
+        ),
+        (b"0\n4\nrecovery-point 10\n", "line 2 '4': 4 entries announced, 1 found", 2),
+    ],
+)
+def test_garbage_offsets_checkpoint_is_one_clear_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: bytes, what: str, position: int
+) -> None:
+    """Not Python's ``invalid literal for int()``: the file, the line and what is wrong."""
+    path = tmp_path / "tierlog-offsets-checkpoint"
+    path.write_bytes(content)
+    code, out, err = run(capsys, str(path))
+    assert (code, out) == (1, f"Dumping {path}\n")
+    assert err == f"tierlog: error: malformed offsets checkpoint {path}: {what}\n"
+    code, doc, _ = run_json(capsys, str(path))
+    assert code == 1 and doc["ok"] is False
+    assert doc["files"][0]["errors"] == [
+        {"message": f"malformed offsets checkpoint {path}: {what}", "position": position}
+    ]
+
+
 def test_local_log_directory_dumps_every_file(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from tierlog.log.batch import ControlRecordType
-from tierlog.log.checkpoint import read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
+from tierlog.log.checkpoint import (
+    CorruptCheckpointError,
+    read_leader_epoch_checkpoint,
+    write_leader_epoch_checkpoint,
+)
 from tierlog.log.files import log_file, offset_index_file, producer_snapshot_file
 from tierlog.log.local_log import LocalLog
 from tierlog.log.recovery import (
@@ -26,7 +30,6 @@ from tierlog.log.recovery import (
 )
 from tierlog.log.segment import LogSegment
 from tierlog.log.txn_index import AbortedTxn
-from tierlog.spi import CorruptRecordError
 
 from .test_local_log import (
     SMALL,
@@ -464,12 +467,85 @@ def test_crash_after_truncation_keeps_the_truncation(log_dir: Path) -> None:
     assert [o for o, _ in all_records(reopened)] == list(range(20))
 
 
-def test_malformed_offsets_checkpoint_is_reported(log_dir: Path) -> None:
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_corrupt_offsets_checkpoint_means_recovering_every_segment(
+    log_dir: Path, caplog: pytest.LogCaptureFixture, clean: bool
+) -> None:
+    """Kafka resets the recovery point to 0 when its checkpoint cannot be read: nothing is lost,
+    every segment is recovered, and the checkpoint is written anew."""
     log = open_log(log_dir)
-    log.close()
-    (log_dir / OFFSETS_CHECKPOINT_FILENAME).write_text("0\n9\nnonsense\n")
-    with pytest.raises(CorruptRecordError, match=OFFSETS_CHECKPOINT_FILENAME):
-        open_log(log_dir)
+    fill(log, 20, epoch=1)
+    log.update_high_watermark(log.log_end_offset)
+    records = all_records(log)
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) > 3
+    if clean:
+        log.close()
+    else:
+        log.close_handlers()
+    path = log_dir / OFFSETS_CHECKPOINT_FILENAME
+    path.write_text(
+        "0\n4\nrecovery-point 7\nlog-start-offset 0\nhigh-watermark x\nclean-shutdown 1\n"
+    )
+    with caplog.at_level(logging.WARNING):
+        reopened = open_log(log_dir)
+    assert all_records(reopened) == records
+    assert reopened.recovery_report.recovered_segments == bases
+    discarded = reopened.recovery_report.discarded_checkpoint
+    assert discarded is not None
+    assert discarded == (
+        f"malformed offsets checkpoint {path}: line 5 'high-watermark x': the value of "
+        "high-watermark is not an integer"
+    )
+    assert any(discarded in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    # The high watermark is not known any more: it restarts at the log start, as in Kafka.
+    assert reopened.high_watermark == reopened.log_start_offset == 0
+    assert read_offsets_checkpoint(log_dir) == OffsetsCheckpoint(
+        reopened.recovery_point, 0, 0, False
+    )
+    reopened.close()
+    assert open_log(log_dir).recovery_report.discarded_checkpoint is None
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "what"),
+    [
+        (b"", 1, "the file is empty (expected the version)"),
+        (b"zero\n", 1, "line 1 'zero': the version is not an integer"),
+        (b"1\n0\n", 1, "line 1 '1': unknown version 1, expected 0"),
+        (b"0\n", 2, "the file ends before line 2 (expected the number of entries)"),
+        (b"0\n9\nnonsense\n", 2, "line 2 '9': 9 entries announced, 1 found"),
+        (b"0\n1\nnonsense\n", 3, "line 3 'nonsense': expected '<name> <value>'"),
+        (
+            b"0\n1\nrecovery-point 1_0\n",
+            3,
+            "line 3 'recovery-point 1_0': the value of recovery-point is not an integer",
+        ),
+        (b"0\n1\nrecovery-point \xff\n", 3, "line 3 is not ASCII text (byte 19)"),
+    ],
+)
+def test_a_malformed_offsets_checkpoint_names_file_line_and_fault(
+    tmp_path: Path, content: bytes, line: int, what: str
+) -> None:
+    path = tmp_path / OFFSETS_CHECKPOINT_FILENAME
+    path.write_bytes(content)
+    with pytest.raises(CorruptCheckpointError) as info:
+        read_offsets_checkpoint(tmp_path)
+    assert str(info.value) == f"malformed offsets checkpoint {path}: {what}"
+    assert (info.value.path, info.value.line) == (str(path), line)
+    assert "\n" not in str(info.value)
+
+
+def test_an_offsets_checkpoint_without_an_entry_names_it(tmp_path: Path) -> None:
+    path = tmp_path / OFFSETS_CHECKPOINT_FILENAME
+    path.write_text("0\n3\nrecovery-point 1\nlog-start-offset 0\nfuture-entry 5\n")
+    with pytest.raises(CorruptCheckpointError, match="no 'high-watermark', 'clean-shutdown' entry"):
+        read_offsets_checkpoint(tmp_path)
+    path.write_text(
+        "0\n5\nrecovery-point 1\nlog-start-offset 0\nfuture-entry 5\nhigh-watermark 1\n"
+        "clean-shutdown 0\n"
+    )
+    assert read_offsets_checkpoint(tmp_path) == OffsetsCheckpoint(1, 0, 1, False)
 
 
 def test_repeated_crashes_lose_nothing(log_dir: Path) -> None:

@@ -26,7 +26,8 @@ marker. tierlog manages one partition directory on its own, so it keeps the same
 one file inside it, ``tierlog-offsets-checkpoint``, in Kafka's checkpoint text format (version,
 count, then ``<name> <value>`` lines), written atomically. Kafka ignores the file; a directory
 copied from a broker has none, and is then fully recovered from offset 0 as Kafka would without
-checkpoints. Splitting a segment whose offsets overflow its index (logs written by Kafka < 0.11)
+checkpoints; so is one whose file is corrupt (with a warning), as Kafka does when it cannot read
+its recovery-point checkpoint. Splitting a segment whose offsets overflow its index (logs written by Kafka < 0.11)
 is not implemented: such a segment raises ``LogSegmentOffsetOverflowError``.
 """
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +43,7 @@ from typing import Final, NamedTuple
 
 from tierlog._durable import atomic_write
 from tierlog.log.batch import LOG_OVERHEAD
+from tierlog.log.checkpoint import CorruptCheckpointError
 from tierlog.log.files import (
     CLEANED_FILE_SUFFIX,
     DELETE_DIR_SUFFIX,
@@ -98,51 +101,112 @@ class OffsetsCheckpoint:
     clean_shutdown: bool = False
 
 
+_INTEGER: Final = re.compile(r"-?[0-9]+")
+"""What ``write_offsets_checkpoint`` writes for a number (``int()`` alone would also take
+``" 1_0 "``)."""
+_CHECKPOINT_NAMES: Final = (
+    "recovery-point",
+    "log-start-offset",
+    "high-watermark",
+    "clean-shutdown",
+)
+"""The entries of ``tierlog-offsets-checkpoint``, in the order they are written."""
+
+
 def read_offsets_checkpoint(directory: str | os.PathLike[str]) -> OffsetsCheckpoint | None:
     """The partition's ``tierlog-offsets-checkpoint``, or None if there is none.
 
-    A malformed file raises ``CorruptRecordError`` naming it (it is rewritten at every flush, so
-    this means the disk or someone else damaged it).
+    A malformed file raises ``CorruptCheckpointError`` (as the other checkpoint readers do)
+    naming the file, the line and what is wrong with it; the file is rewritten atomically at
+    every flush, so that means the disk or someone else damaged it. Entries of unknown names
+    are ignored (a later version may add some); each of the four known ones must be there.
     """
     path = Path(directory) / OFFSETS_CHECKPOINT_FILENAME
     try:
-        text = path.read_text("ascii")
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    except UnicodeDecodeError as e:
-        raise CorruptRecordError(
-            f"{path} is not ASCII text", path=str(path), position=e.start
-        ) from e
-    lines = text.splitlines()
+    where = f"malformed offsets checkpoint {path}"
     try:
-        if int(lines[0]) != _CHECKPOINT_VERSION or int(lines[1]) != len(lines) - 2:
-            raise ValueError("bad version or count")
-        values = {}
-        for line in lines[2:]:
-            name, value = line.split()
-            values[name] = int(value)
-        return OffsetsCheckpoint(
-            recovery_point=values["recovery-point"],
-            log_start_offset=values["log-start-offset"],
-            high_watermark=values["high-watermark"],
-            clean_shutdown=bool(values["clean-shutdown"]),
-        )
-    except (ValueError, IndexError, KeyError) as e:
-        raise CorruptRecordError(
-            f"malformed offsets checkpoint {path}: {e}", path=str(path), position=0
+        text = data.decode("ascii")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise CorruptCheckpointError(
+            f"{where}: line {line} is not ASCII text (byte {e.start})",
+            path=str(path),
+            position=e.start,
+            line=line,
         ) from e
+    lines: list[tuple[int, str]] = []  # (byte position, text) of each line
+    start = 0
+    for part in text.split("\n"):
+        lines.append((start, part))
+        start += len(part) + 1
+    if lines[-1][1] == "":
+        lines.pop()  # the newline that ends the last line
+
+    def malformed(number: int, reason: str) -> CorruptCheckpointError:
+        if number > len(lines):
+            ends = f"ends before line {number}" if lines else "is empty"
+            return CorruptCheckpointError(
+                f"{where}: the file {ends} ({reason})",
+                path=str(path),
+                position=len(data),
+                line=number,
+            )
+        at, line = lines[number - 1]
+        return CorruptCheckpointError(
+            f"{where}: line {number} {line!r}: {reason}", path=str(path), position=at, line=number
+        )
+
+    def integer(number: int, text: str, what: str) -> int:
+        if _INTEGER.fullmatch(text) is None:
+            raise malformed(number, f"{what} is not an integer")
+        return int(text)
+
+    if not lines:
+        raise malformed(1, "expected the version")
+    version = integer(1, lines[0][1], "the version")
+    if version != _CHECKPOINT_VERSION:
+        raise malformed(1, f"unknown version {version}, expected {_CHECKPOINT_VERSION}")
+    if len(lines) < 2:
+        raise malformed(2, "expected the number of entries")
+    count = integer(2, lines[1][1], "the number of entries")
+    if count != len(lines) - 2:
+        raise malformed(2, f"{count} entries announced, {len(lines) - 2} found")
+    values: dict[str, int] = {}
+    for number in range(3, len(lines) + 1):
+        fields = lines[number - 1][1].split()
+        if len(fields) != 2:
+            raise malformed(number, "expected '<name> <value>'")
+        name, value = fields
+        values[name] = integer(number, value, f"the value of {name}")
+    missing = [name for name in _CHECKPOINT_NAMES if name not in values]
+    if missing:
+        raise CorruptCheckpointError(
+            f"{where}: no {', '.join(repr(m) for m in missing)} entry",
+            path=str(path),
+            position=0,
+        )
+    return OffsetsCheckpoint(
+        recovery_point=values["recovery-point"],
+        log_start_offset=values["log-start-offset"],
+        high_watermark=values["high-watermark"],
+        clean_shutdown=bool(values["clean-shutdown"]),
+    )
 
 
 def write_offsets_checkpoint(
     directory: str | os.PathLike[str], checkpoint: OffsetsCheckpoint, *, sync: bool = True
 ) -> None:
     """Atomically replace the partition's ``tierlog-offsets-checkpoint``."""
-    entries = [
-        ("recovery-point", checkpoint.recovery_point),
-        ("log-start-offset", checkpoint.log_start_offset),
-        ("high-watermark", checkpoint.high_watermark),
-        ("clean-shutdown", int(checkpoint.clean_shutdown)),
-    ]
+    values = (
+        checkpoint.recovery_point,
+        checkpoint.log_start_offset,
+        checkpoint.high_watermark,
+        int(checkpoint.clean_shutdown),
+    )
+    entries = list(zip(_CHECKPOINT_NAMES, values, strict=True))
     text = f"{_CHECKPOINT_VERSION}\n{len(entries)}\n" + "".join(f"{n} {v}\n" for n, v in entries)
     atomic_write(Path(directory) / OFFSETS_CHECKPOINT_FILENAME, text.encode("ascii"), sync=sync)
 
@@ -282,6 +346,9 @@ class RecoveryReport:
     """Bytes cut off torn or corrupt tails."""
     deleted_segments: list[int] = field(default_factory=list)
     """Segments deleted after a corruption, or because they ended before the log start."""
+    discarded_checkpoint: str | None = None
+    """Why ``tierlog-offsets-checkpoint`` could not be read, if it could not: it was ignored and
+    every segment was recovered, as Kafka does with a corrupt recovery-point checkpoint."""
 
 
 class LogLoader:
@@ -601,9 +668,21 @@ def load_log(
     """Load (recovering as needed) the existing partition directory ``directory``.
 
     The checkpoint says where recovery starts; a clean-shutdown marker in it is cleared before
-    loading, as Kafka deletes its marker, so a crash during or after loading recovers again.
+    loading, as Kafka deletes its marker, so a crash during or after loading recovers again. A
+    corrupt checkpoint is ignored with a warning: recovery then starts at offset 0 and the log
+    start offset comes from the segments, as Kafka resets its recovery point and log start
+    offset when their checkpoint files cannot be read. Nothing in the segments is lost; the
+    high watermark restarts at the log start and ``LocalLog.open`` rewrites the checkpoint.
     """
-    checkpoint = read_offsets_checkpoint(directory) or OffsetsCheckpoint()
+    discarded: str | None = None
+    try:
+        checkpoint = read_offsets_checkpoint(directory) or OffsetsCheckpoint()
+    except CorruptRecordError as e:
+        discarded = str(e)
+        _LOG.warning(
+            "Ignoring the offsets checkpoint of %s and recovering every segment: %s", directory, e
+        )
+        checkpoint = OffsetsCheckpoint()
     if checkpoint.clean_shutdown:
         write_offsets_checkpoint(
             directory,
@@ -642,4 +721,5 @@ def load_log(
     except BaseException:
         segments.close_handlers()
         raise
+    loader.report.discarded_checkpoint = discarded
     return LoadedLog(segments, epochs, psm, offsets, checkpoint.high_watermark, loader.report)
