@@ -3,6 +3,7 @@ console formatter, the in-memory cache with Kafka's semantics, and the embedded 
 
 from tierlog.metadata.cache import RemoteLogMetadataCache
 from tierlog.metadata.formatter import format_record, kafka_string
+from tierlog.metadata.json_codec import record_from_json, record_to_json
 from tierlog.metadata.partitioner import (
     RemoteLogMetadataTopicPartitioner,
     metadata_partition,
@@ -14,8 +15,6 @@ from tierlog.metadata.serde import (
     decode_record,
     deserialize,
     encode_record,
-    record_from_json,
-    record_to_json,
     serialize,
 )
 from tierlog.metadata.store import RemotePartitionMetadataStore

@@ -967,17 +967,3 @@ def encode_record(record: DecodedRecord) -> bytes:
     return _header(record.api_key, record.version) + _ENCODERS[record.api_key](
         record.value, record.unknown_tagged_fields
     )
-
-
-_MOVED_TO_JSON_CODEC: Final = frozenset({"JsonObject", "record_from_json", "record_to_json"})
-
-
-def __getattr__(name: str) -> Any:
-    """The JSON mapping moved to ``tierlog.metadata.json_codec``; an importer that still asks
-    this module for it (``tierlog.metadata.__init__`` until it is updated) gets it from there.
-    Lazily, since ``json_codec`` imports this module: no import cycle at load time."""
-    if name in _MOVED_TO_JSON_CODEC:
-        from tierlog.metadata import json_codec
-
-        return getattr(json_codec, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
