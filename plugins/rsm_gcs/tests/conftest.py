@@ -1,7 +1,8 @@
 """Fixtures of the ``gcs`` plugin's tests: a real fake-gcs-server per test session.
 
-The server runs as a plain process (``scripts/services/fake_gcs.py``) with the filesystem
-backend. Each pytest-xdist worker starts its own (a session fixture is per worker), and every
+The server runs as a plain process (``scripts/services/fake_gcs.py``) with the memory backend
+(the filesystem backend limits a path part to 255 bytes, which Kafka's longest topic names
+exceed). Each pytest-xdist worker starts its own (a session fixture is per worker), and every
 test writes under its own key prefix, so tests never see each other's objects. Fault tests that
 kill the server start a private one (``private_fake_gcs``) and leave the shared one alone.
 """
