@@ -16,6 +16,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,15 @@ from tierlog.log.record import Record
 from tierlog.log.recovery import OffsetsCheckpoint, write_offsets_checkpoint
 from tierlog.log.time_index import TimeIndex
 from tierlog.log.txn_index import AbortedTxn, TransactionIndex
-from tierlog.spi import Uuid
+from tierlog.spi import (
+    CustomMetadata,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+    Uuid,
+)
 
 T0 = 1_700_000_000_000
 LOG0 = "00000000000000000000.log"
@@ -1161,6 +1170,242 @@ def test_remote_storage_layout_names(capsys: pytest.CaptureFixture[str], tmp_pat
     assert out.count("Verified 7 entries") == 1 and out.count("Verified 3 entries") == 1
     code, out, _ = run(capsys, str(tmp_path / f"{stem}.leader_epoch_checkpoint"))
     assert code == 0 and "epoch: 1 startOffset: 0" in out
+
+
+# --- the embedded RLMM's record logs ----------------------------------------------------------
+
+
+TOPIC_ID = Uuid.from_string("Bp9TDduJRGa9Q5rlvCJOxg")
+
+
+def rlmm_events(
+    directory: Path,
+) -> tuple[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate]:
+    """Two segments added and one finished, through a real embedded RLMM in ``directory`` (one
+    metadata partition, so all land in ``__remote_log_metadata-0.log``); the events written."""
+    from tierlog.spi.plugins import get_registry
+
+    tip = TopicIdPartition(TOPIC_ID, "orders", 3)
+    rlmm = get_registry().create_metadata_manager(
+        "embedded", {"dir": str(directory), "remote.log.metadata.topic.num.partitions": "1"}
+    )
+    try:
+        rlmm.on_partition_leadership_changes({tip}, set())
+        first = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId(tip, Uuid.from_string("AQIDBAUGBwgJCgsMDQ4PEA")),
+            0,
+            99,
+            T0 + 99,
+            1,
+            T0 + 1000,
+            4096,
+            {0: 0, 1: 50},
+        )
+        second = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId.generate_new(tip), 100, 149, T0 + 149, 1, T0 + 2000, 2048, {1: 100}
+        )
+        done = RemoteLogSegmentMetadataUpdate(
+            first.remote_log_segment_id,
+            T0 + 3000,
+            CustomMetadata(b"\xca\xfe"),
+            RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+            1,
+        )
+        rlmm.add_remote_log_segment_metadata(first).result()
+        rlmm.add_remote_log_segment_metadata(second).result()
+        rlmm.update_remote_log_segment_metadata(done).result()
+    finally:
+        rlmm.close()
+    return first, second, done
+
+
+def frames(path: Path) -> list[tuple[int, int, int]]:
+    """``(position, length, crc)`` of each entry, read independently of the dump."""
+    data, out, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        length, crc = struct.unpack_from(">II", data, pos)
+        out.append((pos, length, crc))
+        pos += 8 + length
+    return out
+
+
+def test_embedded_rlmm_record_log_dump(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every record with its position, offset and CRC, and its value as Kafka's console
+    formatter prints it."""
+    events = rlmm_events(tmp_path)
+    path = tmp_path / "__remote_log_metadata-0.log"
+    framed = frames(path)
+    assert len(framed) == 3
+    code, out, err = run(capsys, str(path))
+    assert (code, err) == (0, "")
+    segment_id = events[0].remote_log_segment_id.id
+    assert out.splitlines()[:3] == [
+        f"Dumping {path}",
+        f"position: 0 offset: 0 length: {framed[0][1]} crc: {framed[0][2]} isvalid: true",
+        "partition: 0, offset: 0, value: RemoteLogSegmentMetadata{remoteLogSegmentId="
+        f"RemoteLogSegmentId{{topicIdPartition={TOPIC_ID}:orders-3, id={segment_id}}}, "
+        f"startOffset=0, endOffset=99, brokerId=1, maxTimestampMs={T0 + 99}, "
+        f"eventTimestampMs={T0 + 1000}, segmentLeaderEpochs={{0=0, 1=50}}, "
+        "segmentSizeInBytes=4096, customMetadata=Optional.empty, state=COPY_SEGMENT_STARTED, "
+        "txnIdxEmpty=false}",
+    ]
+    lines = out.splitlines()[1:]
+    assert (
+        lines[2::2]
+        == [
+            f"position: {pos} offset: {n} length: {length} crc: {crc} isvalid: true"
+            for n, (pos, length, crc) in enumerate(framed)
+        ][1:]
+    )
+    assert lines[3].startswith("partition: 0, offset: 1, value: RemoteLogSegmentMetadata{")
+    assert "startOffset=100, endOffset=149" in lines[3]
+    assert lines[5] == (
+        "partition: 0, offset: 2, value: RemoteLogSegmentMetadataUpdate{remoteLogSegmentId="
+        f"RemoteLogSegmentId{{topicIdPartition={TOPIC_ID}:orders-3, id={segment_id}}}, "
+        "customMetadata=Optional[CustomMetadata{2 bytes}], state=COPY_SEGMENT_FINISHED, "
+        f"eventTimestampMs={T0 + 3000}, brokerId=1}}"
+    )
+
+    code, doc, err = run_json(capsys, str(path))
+    assert (code, err, doc["ok"]) == (0, "", True)
+    (file,) = doc["files"]
+    assert {k: v for k, v in file.items() if k != "records"} == {
+        "kind": "remote-log-metadata",
+        "path": str(path),
+        "partition": 0,
+        "validBytes": path.stat().st_size,
+        "trailingBytes": 0,
+        "errors": [],
+    }
+    records = file["records"]
+    assert [(r["offset"], r["position"], r["length"], r["crc"], r["isValid"]) for r in records] == [
+        (n, pos, length, crc, True) for n, (pos, length, crc) in enumerate(framed)
+    ]
+    assert [r["value"]["type"] for r in records] == [
+        "RemoteLogSegmentMetadataRecord",
+        "RemoteLogSegmentMetadataRecord",
+        "RemoteLogSegmentMetadataUpdateRecord",
+    ]
+    first = records[0]["value"]
+    assert (first["startOffset"], first["endOffset"], first["segmentSizeInBytes"]) == (0, 99, 4096)
+    assert first["remoteLogSegmentId"]["topicIdPartition"] == {
+        "name": "orders",
+        "id": str(TOPIC_ID),
+        "partition": 3,
+    }
+    assert records[2]["value"]["customMetadata"] == "cafe"
+    assert [r["formatted"] for r in records] == out.splitlines()[2::2]
+
+
+def test_embedded_rlmm_directory_dump(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The RLMM's directory: its record logs in partition order; its settings and lock file are
+    skipped with their reason."""
+    rlmm_events(tmp_path)
+    log0 = tmp_path / "__remote_log_metadata-0.log"
+    shutil.copy(log0, tmp_path / "__remote_log_metadata-10.log")
+    shutil.copy(log0, tmp_path / "__remote_log_metadata-2.log")
+    code, out, err = run(capsys, str(tmp_path))
+    assert code == 0
+    assert [line for line in out.splitlines() if line.startswith("Dumping")] == [
+        f"Dumping {tmp_path / name}"
+        for name in (
+            "__remote_log_metadata-0.log",
+            "__remote_log_metadata-2.log",
+            "__remote_log_metadata-10.log",
+        )
+    ]
+    assert sum(line.startswith("partition: 10, offset: ") for line in out.splitlines()) == 3
+    assert f"skipping {tmp_path / 'rlmm.properties'}: the embedded RLMM's settings" in err
+    code, doc, _ = run_json(capsys, str(tmp_path))
+    assert [(f["kind"], f["partition"]) for f in doc["files"]] == [
+        ("remote-log-metadata", 0),
+        ("remote-log-metadata", 2),
+        ("remote-log-metadata", 10),
+    ]
+
+
+def test_embedded_rlmm_flipped_byte_is_a_checksum_failure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rlmm_events(tmp_path)
+    path = tmp_path / "__remote_log_metadata-0.log"
+    framed = frames(path)
+    position, length, stored = framed[1]
+    data = bytearray(path.read_bytes())
+    data[position + 8 + length // 2] ^= 0x40  # inside entry 1's payload
+    path.write_bytes(bytes(data))
+    computed = zlib.crc32(bytes(data[position + 8 : position + 8 + length]))
+    code, out, err = run(capsys, str(path))
+    assert code == 1
+    assert err == (
+        f"tierlog: error: record log entry 1 CRC mismatch (stored 0x{stored:08x}, computed "
+        f"0x{computed:08x}) at position {position} of {path}\n"
+    )
+    lines = out.splitlines()
+    assert f"position: {position} offset: 1 length: {length} crc: {stored} isvalid: false" in lines
+    assert not any(line.startswith("partition: 0, offset: 1,") for line in lines)
+    assert lines[-1].startswith("partition: 0, offset: 2, value: RemoteLogSegmentMetadataUpdate{")
+    code, doc, _ = run_json(capsys, str(path))
+    file = doc["files"][0]
+    assert [r["isValid"] for r in file["records"]] == [True, False, True]
+    assert file["records"][1]["value"] is None
+    assert file["errors"] == [{"message": err[len("tierlog: error: ") : -1], "position": position}]
+    assert file["trailingBytes"] == 0
+
+
+def test_embedded_rlmm_truncated_file_is_reported_and_left_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A torn last entry: what precedes it is printed, the tail is named, and the file is not
+    repaired (the RLMM's own open would truncate it)."""
+    rlmm_events(tmp_path)
+    path = tmp_path / "__remote_log_metadata-0.log"
+    position, length, _ = frames(path)[2]
+    with open(path, "r+b") as f:
+        f.truncate(position + 8 + 5)
+    size = path.stat().st_size
+    code, out, err = run(capsys, str(path))
+    assert code == 1
+    assert out.splitlines()[-1] == f"Found 13 invalid bytes at the end of {path.name}"
+    assert sum(line.startswith("partition: 0, offset: ") for line in out.splitlines()) == 2
+    assert err == (
+        f"tierlog: error: truncated record log entry 2: its payload is {length} bytes, 5 remain "
+        f"at position {position} of {path}\n"
+    )
+    assert path.stat().st_size == size
+    with open(path, "r+b") as f:
+        f.truncate(position + 3)
+    code, out, err = run(capsys, str(path))
+    assert code == 1
+    assert err == (
+        "tierlog: error: truncated record log entry 2: 3 of the 8 header bytes remain at "
+        f"position {position} of {path}\n"
+    )
+    code, doc, _ = run_json(capsys, str(path))
+    file = doc["files"][0]
+    assert (file["validBytes"], file["trailingBytes"]) == (position, 3)
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write(struct.pack(">II", 0, 0))
+    code, _, err = run(capsys, str(path))
+    assert code == 1
+    assert err.startswith("tierlog: error: invalid length 0 of record log entry 2 (1 to ")
+
+
+def test_embedded_rlmm_undecodable_value_is_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A sound frame whose value is not a metadata record (a valid CRC over garbage)."""
+    path = tmp_path / "__remote_log_metadata-4.log"
+    payload = b"\x00\x63\x00garbage"
+    path.write_bytes(struct.pack(">II", len(payload), zlib.crc32(payload)) + payload)
+    code, out, err = run(capsys, str(path))
+    assert code == 1
+    assert out.splitlines()[1:] == [
+        f"position: 0 offset: 0 length: {len(payload)} crc: {zlib.crc32(payload)} isvalid: true"
+    ]
+    assert err.startswith("tierlog: error: ")
+    assert err.endswith(f"(the value of record log entry 0 at position 0 of {path})\n")
 
 
 # --- corrupt input -----------------------------------------------------------------------------

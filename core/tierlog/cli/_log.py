@@ -9,13 +9,14 @@ A PATH is a segment (``.log``), an offset index (``.index``), a time index (``.t
 transaction index (``.txnindex``), a producer snapshot (``.snapshot``), a
 ``leader-epoch-checkpoint``, a ``tierlog-offsets-checkpoint`` (tierlog's recovery point, log start
 offset, high watermark and clean-shutdown flag, ``tierlog.log.recovery``), a
-``partition.metadata``, or a partition directory. The kind comes from the file name
-(``tierlog.log.files``): Kafka's ``<20 digits>.<kind>``, also with ``.deleted``, ``.cleaned`` or
-``.swap`` appended (a segment being deleted, cleaned or swapped in: recovery deletes or completes
-it), and the remote layout of the ``local`` RSM, ``<20 digits>-<segmentId>.<kind>`` (and its
-``.leader_epoch_checkpoint``), so a tiered copy of a segment dumps like the local one. A name of
-any other kind is a usage error; so is a ``<name>.tmp`` left by a write that a crash interrupted
-(the message says how to read it anyway).
+``partition.metadata``, an embedded RLMM's record log ``__remote_log_metadata-<partition>.log``
+(``tierlog.metadata.embedded``), or a directory of those (a partition directory, the RLMM's). The
+kind comes from the file name (``tierlog.log.files``): Kafka's ``<20 digits>.<kind>``, also with
+``.deleted``, ``.cleaned`` or ``.swap`` appended (a segment being deleted, cleaned or swapped in:
+recovery deletes or completes it), and the remote layout of the ``local`` RSM,
+``<20 digits>-<segmentId>.<kind>`` (and its ``.leader_epoch_checkpoint``), so a tiered copy of a
+segment dumps like the local one. A name of any other kind is a usage error; so is a
+``<name>.tmp`` left by a write that a crash interrupted (the message says how to read it anyway).
 
 A directory dumps every file of those kinds in it: the partition-level files first, then by
 offset, kind, and the live file before its ``.swap``, ``.cleaned`` and ``.deleted`` leftovers.
@@ -59,9 +60,13 @@ producerId: .. firstOffset: .. lastOffset: .. lastStableOffset: ..`` (transactio
 the producer has a batch (producer snapshot), all as Kafka; ``epoch: E startOffset: O``
 (leader-epoch-checkpoint), ``recoveryPoint: R logStartOffset: L highWatermark: H cleanShutdown:
 true|false`` (tierlog-offsets-checkpoint) and ``version: V topicId: ID`` (partition.metadata),
-which Kafka's tool does not read; an index without entries prints ``<file> is empty.``. Problems
-go to stderr: ``tierlog: error: ...``, one line each, as they are found (corruption, with the file
-and byte position), and index mismatches after everything else, in Kafka's words (see *Index
+which Kafka's tool does not read; an index without entries prints ``<file> is empty.``. An embedded
+RLMM's record log prints each entry's frame, ``position: P offset: O length: L crc: C isvalid:
+true|false`` (``length`` the payload's bytes, ``crc`` its stored CRC-32), then its value as
+``kafka-console-consumer`` with Kafka's ``RemoteLogMetadataFormatter`` prints it (``partition: N,
+offset: O, value: RemoteLogSegmentMetadata{...}``, ``tierlog.metadata.formatter``). Problems go to
+stderr: ``tierlog: error: ...``, one line each, as they are found (corruption, with the file and
+byte position), and index mismatches after everything else, in Kafka's words (see *Index
 verification*); notes (skipped files, missing indexes) are ``tierlog: note: ...``.
 
 **JSON** (``--json``) is one document on stdout, written as it is produced, so a large segment is
@@ -105,6 +110,11 @@ dumped. Each FILE has ``kind``, ``path``, ``suffix`` (only for a ``.deleted``, `
 - ``"offsets-checkpoint"``: ``recoveryPoint``, ``logStartOffset``, ``highWatermark``,
   ``cleanShutdown`` (bool); no array.
 - ``"partition-metadata"``: ``version``, ``topicId``; no array.
+- ``"remote-log-metadata"``: ``partition``; ``records``: ``{offset, position, length, crc,
+  isValid, value, formatted}``, ``value`` the record as ``tierlog metadata decode`` prints it
+  (``tierlog.metadata.json_codec``) and ``formatted`` Kafka's formatter line (both ``null`` when
+  the entry's CRC fails or its value does not decode); summary: ``validBytes``,
+  ``trailingBytes``.
 
 **Index verification** (``--verify-index``) makes Kafka's checks (``DumpLogSegments.dumpIndex``
 and ``dumpTimeIndex``) and those Kafka's tool dies on or leaves to the broker's sanity check; the
@@ -152,7 +162,9 @@ dump goes on with the next batch (its length still frames the file, as Kafka's t
 torn or malformed frame (truncated tail, bad length, bad magic) ends the file's dump with Kafka's
 ``Found N invalid bytes at the end of NAME``; a legacy batch (magic 0 or 1) gives the typed
 ``UnsupportedRecordFormatError`` message. Records that fail to decode are reported and the dump
-goes on with the next batch.
+goes on with the next batch. An RLMM record log is checked the same way, entry by entry: a CRC
+mismatch is reported and the dump goes on, a frame cut short or with an impossible length ends
+it; the file is never repaired (opening it with the RLMM would truncate a torn tail).
 
 Exit codes: 0 nothing wrong; 1 a file is corrupt, unreadable or unsupported, or an index does
 not match its segment; 2 usage errors (an unknown file kind, a missing path), found before
@@ -251,6 +263,7 @@ class Kind(Enum):
     TIME_INDEX = "time-index"
     TXN_INDEX = "txn-index"
     PRODUCER_SNAPSHOT = "producer-snapshot"
+    REMOTE_LOG_METADATA = "remote-log-metadata"
 
 
 _KIND_BY_SUFFIX: Final = {
@@ -276,11 +289,21 @@ _REMOTE_NAME: Final = re.compile(
 )
 """``<startOffset>-<segmentId><suffix>``, a segment's file in the ``local`` RSM's layout."""
 
+_METADATA_LOG_NAME: Final = re.compile(r"__remote_log_metadata-([0-9]+)\.log")
+"""The embedded RLMM's record log of one ``__remote_log_metadata`` partition
+(``tierlog.metadata.embedded``): ``__remote_log_metadata-<partition>.log``."""
+_METADATA_DIR_FILES: Final = {
+    "rlmm.properties": "the embedded RLMM's settings, not a record log",
+    ".lock": "the embedded RLMM's lock file",
+}
+"""The other files of the embedded RLMM's directory, and why they are not dumped."""
+
 _KNOWN_KINDS: Final = (
     "a segment (.log), an offset index (.index), a time index (.timeindex), a transaction "
     "index (.txnindex), a producer snapshot (.snapshot), leader-epoch-checkpoint, "
-    "tierlog-offsets-checkpoint, partition.metadata or a partition directory; segment files "
-    "are named by their offset, e.g. 00000000000000000000.log"
+    "tierlog-offsets-checkpoint, partition.metadata, an embedded RLMM's "
+    "__remote_log_metadata-<partition>.log or a directory of those; segment files are named by "
+    "their offset, e.g. 00000000000000000000.log"
 )
 
 
@@ -306,6 +329,8 @@ class Target:
     offset: int | None = None
     stem: str | None = None
     extra: str = ""
+    partition: int | None = None
+    """The ``__remote_log_metadata`` partition of an embedded RLMM's record log."""
 
     def sibling(self, kind: Kind) -> Path | None:
         """The file of ``kind`` of the same segment (same ``extra``), if it exists.
@@ -330,6 +355,9 @@ def classify(path: Path) -> Target | None:
         return Target(path, Kind.LEADER_EPOCH_CHECKPOINT)
     if name == OFFSETS_CHECKPOINT_FILENAME:
         return Target(path, Kind.OFFSETS_CHECKPOINT)
+    metadata_log = _METADATA_LOG_NAME.fullmatch(name)
+    if metadata_log is not None:
+        return Target(path, Kind.REMOTE_LOG_METADATA, partition=int(metadata_log.group(1)))
     parsed = parse_segment_file_name(name)
     if parsed is not None:
         stem = name[: name.index(".")]
@@ -1065,6 +1093,119 @@ def dump_offsets_checkpoint(printer: Printer, target: Target) -> None:
     )
 
 
+# --- the embedded RLMM's record logs -----------------------------------------------------------
+
+
+def _metadata_record_text(r: dict[str, Any]) -> str:
+    """The entry's frame, then Kafka's ``RemoteLogMetadataFormatter`` line of its value."""
+    line = (
+        f"position: {r['position']} offset: {r['offset']} length: {r['length']} "
+        f"crc: {r['crc']} isvalid: {_java_bool(r['isValid'])}"
+    )
+    return line if r["formatted"] is None else f"{line}\n{r['formatted']}"
+
+
+def dump_remote_log_metadata(printer: Printer, target: Target) -> None:
+    """An embedded RLMM's ``__remote_log_metadata-N.log``, entry by entry.
+
+    The file is a sequence of ``length:uint32 crc:uint32 payload`` entries, the payload a
+    ``__remote_log_metadata`` record value (``tierlog.metadata._record_log``); an entry's offset
+    is its index. Each entry is checked and its value decoded and shown as Kafka's console
+    formatter shows it. The file is read, never repaired: the RLMM's own open would truncate a
+    torn tail, which a dump must not do. As in a segment dump, a CRC mismatch is reported and
+    the dump goes on (the length still frames the file); a frame that cannot be read (cut
+    short, an impossible length) ends it with ``Found N invalid bytes``.
+    """
+    import zlib
+
+    from tierlog.metadata._record_log import HEADER as ENTRY_HEADER
+    from tierlog.metadata._record_log import MAX_PAYLOAD_BYTES
+    from tierlog.metadata.formatter import format_record
+    from tierlog.metadata.json_codec import record_to_json
+    from tierlog.metadata.serde import decode_record
+
+    path = target.path
+    partition = target.partition if target.partition is not None else 0
+    printer.begin(target, {"partition": partition}, items="records")
+    valid = 0
+    with open(path, "rb") as f:
+        file_size = os.fstat(f.fileno()).st_size
+        offset = 0
+        error: CorruptRecordError | None = None
+        while valid < file_size:
+            header = f.read(ENTRY_HEADER.size)
+            if len(header) < ENTRY_HEADER.size:
+                error = corrupt(
+                    f"truncated record log entry {offset}: {len(header)} of the "
+                    f"{ENTRY_HEADER.size} header bytes remain",
+                    valid,
+                    str(path),
+                )
+                break
+            length, stored = ENTRY_HEADER.unpack(header)
+            if not 0 < length <= MAX_PAYLOAD_BYTES:
+                error = corrupt(
+                    f"invalid length {length} of record log entry {offset} (1 to "
+                    f"{MAX_PAYLOAD_BYTES} bytes)",
+                    valid,
+                    str(path),
+                )
+                break
+            payload = f.read(length) if ENTRY_HEADER.size + length <= file_size - valid else b""
+            if len(payload) != length:
+                error = corrupt(
+                    f"truncated record log entry {offset}: its payload is {length} bytes, "
+                    f"{file_size - valid - ENTRY_HEADER.size} remain",
+                    valid,
+                    str(path),
+                )
+                break
+            computed = zlib.crc32(payload)
+            obj: dict[str, Any] = {
+                "offset": offset,
+                "position": valid,
+                "length": length,
+                "crc": stored,
+                "isValid": computed == stored,
+                "value": None,
+                "formatted": None,
+            }
+            problem: tuple[str, int] | None = None
+            if computed != stored:
+                problem = (
+                    str(
+                        corrupt(
+                            f"record log entry {offset} CRC mismatch (stored 0x{stored:08x}, "
+                            f"computed 0x{computed:08x})",
+                            valid,
+                            str(path),
+                        )
+                    ),
+                    valid,
+                )
+            else:
+                try:
+                    decoded = decode_record(payload)
+                except TierlogError as exc:
+                    problem = (
+                        f"{exc} (the value of record log entry {offset} at position {valid} "
+                        f"of {path})",
+                        valid,
+                    )
+                else:
+                    obj["value"] = record_to_json(decoded)
+                    obj["formatted"] = format_record(partition, offset, decoded)
+            printer.item(obj, _metadata_record_text)
+            if problem is not None:
+                printer.problem(*problem)
+            valid += ENTRY_HEADER.size + length
+            offset += 1
+    if error is not None:
+        printer.line(f"Found {file_size - valid} invalid bytes at the end of {path.name}")
+        _problem_from(printer, error, path)
+    printer.summary(validBytes=valid, trailingBytes=file_size - valid)
+
+
 # --- planning and running ----------------------------------------------------------------------
 
 
@@ -1158,6 +1299,8 @@ def _skip_reason(entry: Path) -> str:
         return _temp_reason(temp_of)
     if entry.name.endswith((".checkpoint", ".checkpoint.deleted")):
         return "a KRaft metadata snapshot, not a file of a topic partition"
+    if entry.name in _METADATA_DIR_FILES:
+        return _METADATA_DIR_FILES[entry.name]
     return "not a file Kafka or tierlog keeps in a partition directory"
 
 
@@ -1181,6 +1324,7 @@ def _directory(directory: Path, skipped: list[tuple[Path, str]]) -> list[Target]
             t.offset or 0,
             _ORDER[t.kind],
             _EXTRA_ORDER[t.extra],
+            -1 if t.partition is None else t.partition,
             t.path.name,
         )
     )
@@ -1207,7 +1351,8 @@ def add_parser(commands: Any) -> None:
         metavar="PATH",
         help="a .log, .index, .timeindex, .txnindex, .snapshot, leader-epoch-checkpoint, "
         "tierlog-offsets-checkpoint or partition.metadata file (also with .deleted, .cleaned or "
-        ".swap appended), or a partition directory (other entries are skipped with a note)",
+        ".swap appended), an embedded RLMM's __remote_log_metadata-N.log, or a directory of "
+        "those (other entries are skipped with a note)",
     )
     dump.add_argument(
         "--deep",
@@ -1288,5 +1433,7 @@ def _dump_one(printer: Printer, target: Target, mode: Mode, deep: bool, print_da
         dump_leader_epoch_checkpoint(printer, target)
     elif kind is Kind.OFFSETS_CHECKPOINT:
         dump_offsets_checkpoint(printer, target)
+    elif kind is Kind.REMOTE_LOG_METADATA:
+        dump_remote_log_metadata(printer, target)
     else:
         dump_partition_metadata(printer, target)
