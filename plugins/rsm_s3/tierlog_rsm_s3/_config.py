@@ -258,5 +258,6 @@ class S3Config:
 
 
 # Transitional: the name before the plugins' settings were made uniform, still imported by
-# _rsm.py, _backend.py and tests/test_backend*.py. Remove once they import S3Config.
+# _rsm.py, _backend.py and tests (test_backend*.py, test_rsm.py). Remove once they import
+# S3Config.
 S3Settings = S3Config
