@@ -27,8 +27,8 @@ one file inside it, ``tierlog-offsets-checkpoint``, in Kafka's checkpoint text f
 count, then ``<name> <value>`` lines), written atomically. Kafka ignores the file; a directory
 copied from a broker has none, and is then fully recovered from offset 0 as Kafka would without
 checkpoints; so is one whose file is corrupt (with a warning), as Kafka does when it cannot read
-its recovery-point checkpoint. Splitting a segment whose offsets overflow its index (logs written by Kafka < 0.11)
-is not implemented: such a segment raises ``LogSegmentOffsetOverflowError``.
+its recovery-point checkpoint. Splitting a segment whose offsets overflow its index (logs written
+by Kafka < 0.11) is not implemented: such a segment raises ``LogSegmentOffsetOverflowError``.
 """
 
 from __future__ import annotations
