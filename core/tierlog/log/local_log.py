@@ -92,8 +92,8 @@ from tierlog.log.producer_state import (
     AppendOrigin,
     ProducerStateManager,
 )
-from tierlog.log.recovery import LoadedLogOffsets, RecoveryReport, load_log, replay_segments
-from tierlog.log.segment import FetchDataInfo, LogSegment, LogSegments, TimestampAndOffset
+from tierlog.log.recovery import RecoveryReport, load_log, replay_segments
+from tierlog.log.segment import FetchDataInfo, LogSegment, TimestampAndOffset
 from tierlog.spi import (
     IllegalStateError,
     InvalidArgumentError,
@@ -157,35 +157,14 @@ class LocalLog:
 
     def __init__(
         self,
-        directory: Path,
-        config: LogConfig,
-        topic_partition: TopicPartition,
+        state: LogState,
         *,
-        segments: LogSegments,
-        leader_epoch_cache: LeaderEpochFileCache,
-        producer_state: ProducerStateManager,
-        offsets: LoadedLogOffsets,
         high_watermark: int,
         topic_id: Uuid | None,
-        clock: Callable[[], int],
-        flush_on_roll: bool,
-        high_watermark_follows_leo: bool,
         recovery_report: RecoveryReport,
-        sync: bool,
     ) -> None:
-        state = LogState(
-            directory,
-            config,
-            topic_partition,
-            segments=segments,
-            leader_epoch_cache=leader_epoch_cache,
-            producer_state=producer_state,
-            offsets=offsets,
-            clock=clock,
-            flush_on_roll=flush_on_roll,
-            high_watermark_follows_leo=high_watermark_follows_leo,
-            sync=sync,
-        )
+        """Wrap a loaded ``state`` (``LocalLog.open`` builds it); ``high_watermark`` is the
+        checkpointed one, bounded here to the loaded log."""
         self._state = state
         self._lock = state.lock
         self._topic_id = topic_id
@@ -256,7 +235,7 @@ class LocalLog:
             max_transaction_timeout_ms=max_transaction_timeout_ms,
             sync=sync,
         )
-        log = cls(
+        state = LogState(
             path,
             cfg,
             tp,
@@ -264,13 +243,16 @@ class LocalLog:
             leader_epoch_cache=loaded.leader_epoch_cache,
             producer_state=loaded.producer_state,
             offsets=loaded.offsets,
-            high_watermark=loaded.high_watermark,
-            topic_id=topic_id,
             clock=now_fn,
             flush_on_roll=flush_on_roll,
             high_watermark_follows_leo=high_watermark_follows_leo,
-            recovery_report=loaded.report,
             sync=sync,
+        )
+        log = cls(
+            state,
+            high_watermark=loaded.high_watermark,
+            topic_id=topic_id,
+            recovery_report=loaded.report,
         )
         log._state.write_checkpoint()
         _LOG.info(

@@ -66,14 +66,7 @@ class LogTruncation:
         st.delete_producer_snapshots(deleted)
         st.epochs.truncate_from_end(target_offset)
         st.log_start_offset = min(target_offset, st.log_start_offset)
-        rebuild_producer_state(
-            st.psm,
-            st.segments,
-            st.log_start_offset,
-            target_offset,
-            now=st.clock(),
-            reload_from_clean_shutdown=False,
-        )
+        self._rebuild_producer_state(st.log_start_offset, target_offset)
         st.high_watermark = min(st.log_end_offset, st.high_watermark)
         st.psm.on_high_watermark_updated(st.high_watermark)
         st.maybe_increment_first_unstable_offset()
@@ -95,14 +88,7 @@ class LogTruncation:
         st.psm.truncate_fully_and_start_at(new_offset)
         st.log_start_offset = new_offset if log_start_offset is None else log_start_offset
         st.local_log_start = new_offset
-        rebuild_producer_state(
-            st.psm,
-            st.segments,
-            st.log_start_offset,
-            new_offset,
-            now=st.clock(),
-            reload_from_clean_shutdown=False,
-        )
+        self._rebuild_producer_state(st.log_start_offset, new_offset)
         st.high_watermark = st.log_start_offset
         st.apply_high_watermark(st.log_end_offset)
         st.write_checkpoint()
@@ -123,14 +109,21 @@ class LogTruncation:
         st.epochs.flush()
         atomic_write(producer_snapshot_file(st.dir, next_offset), producer_snapshot, sync=st.sync)
         st.psm.truncate_fully_and_reload_snapshots()
-        rebuild_producer_state(
-            st.psm,
-            st.segments,
-            # The snapshot at ``next_offset`` must load even when the log starts there.
-            min(st.log_start_offset, next_offset - 1) if next_offset > 0 else 0,
-            next_offset,
-            now=st.clock(),
-            reload_from_clean_shutdown=False,
+        # The snapshot at ``next_offset`` must load even when the log starts there.
+        self._rebuild_producer_state(
+            min(st.log_start_offset, next_offset - 1) if next_offset > 0 else 0, next_offset
         )
         st.maybe_increment_first_unstable_offset()
         st.write_checkpoint()
+
+    def _rebuild_producer_state(self, log_start_offset: int, last_offset: int) -> None:
+        """Producer state up to ``last_offset`` from the snapshots and segments left."""
+        st = self._state
+        rebuild_producer_state(
+            st.psm,
+            st.segments,
+            log_start_offset,
+            last_offset,
+            now=st.clock(),
+            reload_from_clean_shutdown=False,
+        )
