@@ -91,7 +91,7 @@ class RemoteStorageManagerCapabilities:
 
     large_segments: Capability = True
     """Copies and fetches a segment of ``large_segment_size`` (256 MiB) while holding at most
-    ``memory_limit`` (32 MiB) of Python memory: data is streamed, never read whole. Kafka's
+    ``memory_limit`` (48 MiB) of Python memory: data is streamed, never read whole. Kafka's
     default ``segment.bytes`` is 1 GiB, so a broker-grade plugin must support this; an in-memory
     store or a CI machine without the disk space declares ``Unsupported``."""
 
@@ -366,8 +366,13 @@ class RemoteStorageManagerSuite(SuiteBase):
     large_segment_size: ClassVar[int] = 256 * MiB
     """Size of the segment of ``test_large_segment_streams_with_bounded_memory``."""
 
-    memory_limit: ClassVar[int] = 32 * MiB
-    """Peak Python memory (``tracemalloc``) allowed while copying or fetching that segment."""
+    memory_limit: ClassVar[int] = 48 * MiB
+    """Peak Python memory (``tracemalloc``) allowed while copying or fetching that segment.
+
+    Above the bounded working set of a streaming plugin at its default settings (the
+    object-store RSMs keep ``upload.part.size`` x ``upload.parallelism`` = 8 MiB x 4 = 32 MiB of
+    parts in flight, by design) and far below the 256 MiB segment, so that a plugin reading the
+    segment whole still fails."""
 
     concurrency: ClassVar[int] = 8
     """Threads of ``test_concurrent_copies_of_different_segments``."""
@@ -980,7 +985,7 @@ class RemoteStorageManagerSuite(SuiteBase):
         request: pytest.FixtureRequest,
     ) -> None:
         """A ``large_segment_size`` (256 MiB) segment copies and reads back (SHA-256 equal,
-        read in 1 MiB chunks) with at most ``memory_limit`` (32 MiB) of Python memory at peak
+        read in 1 MiB chunks) with at most ``memory_limit`` (48 MiB) of Python memory at peak
         (``tracemalloc``) during the copy and during the read; ranges near the end read back.
 
         To fix: stream in both directions. Copy with ``shutil.copyfileobj``/``sendfile`` or a
