@@ -214,6 +214,19 @@ def test_kafka_keys_are_accepted_and_unknown_keys_reported(
     assert "remote.log.metadata.topic.num.partition" in caplog.text
 
 
+def test_an_unknown_key_is_reported_with_the_key_it_nearly_matches(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    typos = {"remote.log.metadata.topic.num.partition": "3", "rebalance.mode": "x"}
+    with caplog.at_level(logging.WARNING, logger="tierlog.metadata.embedded"):
+        _open(tmp_path, **typos).close()
+    assert caplog.messages == [
+        "embedded RLMM ignores unknown configuration key(s): "
+        "rebalance.mode, remote.log.metadata.topic.num.partition (did you mean "
+        "remote.log.metadata.topic.num.partitions?)"
+    ]
+
+
 def test_a_second_instance_on_the_same_directory_is_refused(tmp_path: Path) -> None:
     first = _open(tmp_path)
     with pytest.raises(IllegalStateError, match="in use"):

@@ -488,6 +488,19 @@ def test_unknown_keys_are_reported_not_fatal(
     assert "ignores unknown configuration keys: dri, transferer.class" in caplog.text
 
 
+def test_an_unknown_key_is_reported_with_the_key_it_nearly_matches(
+    store_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rsm = LocalTieredStorage()
+    with caplog.at_level(logging.WARNING, logger=local_module.__name__):
+        rsm.configure({"dir": str(store_dir), "delete.enabled": "false", "transferer.class": "x"})
+    assert rsm.ignored_configs == ("delete.enabled", "transferer.class")
+    assert (
+        "ignores unknown configuration keys: delete.enabled (did you mean delete.enable?), "
+        "transferer.class (known: " in caplog.text
+    )
+
+
 def test_node_id_and_deprecated_broker_id(
     store_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

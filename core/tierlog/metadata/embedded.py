@@ -69,6 +69,7 @@ from tierlog.metadata._record_log import RecordLog
 from tierlog.metadata.partitioner import metadata_partition
 from tierlog.metadata.serde import RemoteLogSegmentMetadataSnapshot
 from tierlog.metadata.store import RemotePartitionMetadataStore
+from tierlog.properties import did_you_mean
 from tierlog.spi import (
     ConfigError,
     CorruptRecordError,
@@ -136,6 +137,9 @@ _IGNORED_PREFIXES: Final = (
     "remote.log.metadata.consumer.",
     "remote.log.metadata.admin.",
 )
+
+_KNOWN_KEYS: Final = frozenset({DIR_CONFIG, LOG_DIR_CONFIG, NUM_PARTITIONS_CONFIG}) | _IGNORED_KEYS
+"""Every key accepted by name: what an unknown key is compared with for a "did you mean"."""
 
 
 def _record_log_name(partition: int) -> str:
@@ -216,13 +220,12 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         unknown = sorted(
             key
             for key in configs
-            if key not in (DIR_CONFIG, LOG_DIR_CONFIG, NUM_PARTITIONS_CONFIG)
-            and key not in _IGNORED_KEYS
-            and not key.startswith(_IGNORED_PREFIXES)
+            if key not in _KNOWN_KEYS and not key.startswith(_IGNORED_PREFIXES)
         )
         if unknown:
             _LOG.warning(
-                "embedded RLMM ignores unknown configuration key(s): %s", ", ".join(unknown)
+                "embedded RLMM ignores unknown configuration key(s): %s",
+                ", ".join(key + did_you_mean(key, _KNOWN_KEYS) for key in unknown),
             )
         directory = str(configs.get(DIR_CONFIG, "") or "").strip()
         log_dir = str(configs.get(LOG_DIR_CONFIG, "") or "").strip()

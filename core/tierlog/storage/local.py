@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Final, NoReturn
 
 from tierlog._durable import fsync_directory
-from tierlog.properties import parse_bool
+from tierlog.properties import did_you_mean, parse_bool
 from tierlog.spi import (
     ConfigError,
     CustomMetadata,
@@ -303,7 +303,7 @@ class LocalTieredStorage(RemoteStorageManager):
             if ignored:
                 _LOG.warning(
                     "LocalTieredStorage ignores unknown configuration keys: %s (known: %s)",
-                    ", ".join(ignored),
+                    ", ".join(k + did_you_mean(k, KNOWN_CONFIGS) for k in ignored),
                     ", ".join(sorted(KNOWN_CONFIGS)),
                 )
 

@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import logging
 import os
 import random
 import time
@@ -747,3 +748,19 @@ def test_concurrent_sequential_readers_with_prefetch_read_correct_bytes(
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(reader, [700, 1024, 1500, 333, 4096, 999, 2048, 97]))
     drain(rsm)
+
+
+# Configuration ------------------------------------------------------------------------------------
+
+
+def test_an_unknown_key_is_reported_with_the_key_it_nearly_matches(
+    make: Callable[..., MemoryObjectStoreRSM], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A typo'd ``rsm.config.`` key is ignored with a warning naming the key meant; a key with
+    no near match is named alone."""
+    with caplog.at_level(logging.WARNING, logger="tierlog.storage.objectstore.rsm"):
+        make(**{"compresion.enabled": "true", "transferer.class": "x.Y"})
+    assert (
+        "ignores unknown configuration keys: compresion.enabled (did you mean "
+        "compression.enabled?), transferer.class (known: " in caplog.text
+    )

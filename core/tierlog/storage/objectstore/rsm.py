@@ -67,6 +67,7 @@ from tierlog.log.batch import (
     MIN_BATCH_LENGTH,
 )
 from tierlog.log.compression import CompressionType
+from tierlog.properties import did_you_mean
 from tierlog.spi import (
     ConfigError,
     CustomMetadata,
@@ -400,7 +401,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                 _LOG.warning(
                     "%s ignores unknown configuration keys: %s (known: %s)",
                     type(self).__name__,
-                    ", ".join(ignored),
+                    ", ".join(k + did_you_mean(k, known) for k in ignored),
                     ", ".join(sorted(known)),
                 )
             key_provider = None
