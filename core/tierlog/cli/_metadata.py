@@ -34,7 +34,11 @@ def add_parser(commands: Any) -> None:
         help="hex record value -> JSON (or Kafka's console formatter line)",
         description="Decode a record value given as hex (or '-' to read hex from stdin).",
     )
-    decode.add_argument("value", metavar="HEX|-")
+    decode.add_argument(
+        "value",
+        metavar="HEX|-",
+        help="a __remote_log_metadata record value in hex, or - to read it from stdin",
+    )
     decode.add_argument(
         "--format",
         choices=("json", "kafka"),
@@ -54,7 +58,11 @@ def add_parser(commands: Any) -> None:
         help="JSON (as printed by decode) -> hex record value",
         description="Encode the JSON printed by `tierlog metadata decode` (or '-' for stdin).",
     )
-    encode.add_argument("value", metavar="JSON|-")
+    encode.add_argument(
+        "value",
+        metavar="JSON|-",
+        help="the JSON object `tierlog metadata decode` prints, or - to read it from stdin",
+    )
     encode.set_defaults(handler=run_encode)
 
     partition = sub.add_parser(
