@@ -172,6 +172,9 @@ def test_fetch_from_remote_storage_once_then_cached(env: Env) -> None:
     assert dict(stats.fetches) == {**dict.fromkeys(IndexType, 0), **dict.fromkeys(INDEX_TYPES, 1)}
     assert cache.fetch_count() == 3 and cache.fetch_count(IndexType.OFFSET) == 1
     assert (cache.entry_count, cache.size_bytes) == (1, cache.get_index_entry(metadata).size_bytes)
+    summary = cache.stats().summary()
+    assert summary.startswith("6 hits, 1 misses, 0 load failures, 0 evictions, 0 expirations;")
+    assert "offset=1" in summary and "mappingproxy" not in summary
 
 
 def test_missing_transaction_index_is_cached_as_an_empty_file(env: Env) -> None:

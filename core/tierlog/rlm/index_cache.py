@@ -551,6 +551,18 @@ class RemoteIndexCacheStats:
     fetches: Mapping[IndexType, int]
     disk_hits: Mapping[IndexType, int]
 
+    def summary(self) -> str:
+        """One readable line for the log (the dataclass repr shows ``mappingproxy(...)``)."""
+
+        def by_type(counts: Mapping[IndexType, int]) -> str:
+            return ", ".join(f"{t.name.lower()}={n}" for t, n in counts.items() if n) or "none"
+
+        return (
+            f"{self.hits} hits, {self.misses} misses, {self.load_failures} load failures, "
+            f"{self.evictions} evictions, {self.expirations} expirations; index fetches: "
+            f"{by_type(self.fetches)}; found on disk: {by_type(self.disk_hits)}"
+        )
+
 
 @dataclass(slots=True)
 class _Load:
@@ -1142,7 +1154,7 @@ class RemoteIndexCache:
         self._cleaner.stop()
         for entry in entries:
             entry.close()
-        _LOG.info("RemoteIndexCache closed (%s)", self.stats())
+        _LOG.info("RemoteIndexCache closed: %s", self.stats().summary())
 
     def __enter__(self) -> Self:
         return self
