@@ -34,7 +34,7 @@ from azure_helpers import (
     azure_configs,
     list_container,
 )
-from tierlog_rsm_azure import AzureBackend, AzureSettings
+from tierlog_rsm_azure import AzureBackend, AzureConfig
 from tierlog_rsm_azure._transport import classify_request, outcome_of
 
 UPLOAD = UploadSettings(part_size=5 * MiB, multipart_threshold=5 * MiB, parallelism=3)
@@ -46,7 +46,7 @@ def make_backend(
     upload: UploadSettings = UPLOAD,
     configs: dict[str, str] | None = None,
 ) -> AzureBackend:
-    settings = AzureSettings.from_configs(azure_configs(where, **(configs or {})), upload)
+    settings = AzureConfig.from_configs(azure_configs(where, **(configs or {})), upload)
     return AzureBackend(settings, upload, observer or RecordingObserver())
 
 

@@ -10,7 +10,7 @@ from tierlog.conformance.backend_suite import ObjectStoreBackendSuite, Recording
 from tierlog.storage.objectstore.backend import UploadSettings
 
 from azure_helpers import azure_configs
-from tierlog_rsm_azure import AzureBackend, AzureSettings
+from tierlog_rsm_azure import AzureBackend, AzureConfig
 
 
 class TestAzureBackend(ObjectStoreBackendSuite):
@@ -22,7 +22,7 @@ class TestAzureBackend(ObjectStoreBackendSuite):
     def backend(
         self, azurite: Service, upload_settings: UploadSettings, observer: RecordingObserver
     ) -> Iterator[AzureBackend]:
-        settings = AzureSettings.from_configs(azure_configs(azurite), upload_settings)
+        settings = AzureConfig.from_configs(azure_configs(azurite), upload_settings)
         backend = AzureBackend(settings, upload_settings, observer, list_page_size=100)
         yield backend
         backend.close()
@@ -32,8 +32,6 @@ class TestAzureBackend(ObjectStoreBackendSuite):
         self, azurite: Service, upload_settings: UploadSettings
     ) -> Iterator[AzureBackend]:
         configs = azure_configs(azurite, **{"azure.container.name": "no-such-container"})
-        backend = AzureBackend(
-            AzureSettings.from_configs(configs, upload_settings), upload_settings
-        )
+        backend = AzureBackend(AzureConfig.from_configs(configs, upload_settings), upload_settings)
         yield backend
         backend.close()

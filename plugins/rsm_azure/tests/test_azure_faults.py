@@ -37,7 +37,7 @@ from azure_helpers import (
     read_blob,
     require_azurite,
 )
-from tierlog_rsm_azure import AzureBackend, AzureRemoteStorageManager, AzureSettings
+from tierlog_rsm_azure import AzureBackend, AzureConfig, AzureRemoteStorageManager
 
 
 class Restartable:
@@ -90,7 +90,7 @@ def test_kill_mid_staged_upload(server: Restartable, key_prefix: str) -> None:
     configs = azure_configs(server.service, **{"azure.upload.block.size": str(256 * 1024)})
     key = f"{key_prefix}killed.log"
     size = 8 * MiB
-    with AzureBackend(AzureSettings.from_configs(configs, upload), upload, observer) as backend:
+    with AzureBackend(AzureConfig.from_configs(configs, upload), upload, observer) as backend:
         with pytest.raises(RetriableRemoteStorageException):
             backend.upload(key, StreamSource(size, seed=1), size)  # type: ignore[arg-type]
         assert staged >= 4

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from tierlog import hookimpl
 
 from tierlog_rsm_azure._config import AZURE_CONFIG_KEYS, AzureConfig
-from tierlog_rsm_azure._config import AzureSettings as AzureSettings  # transitional, see _config
 from tierlog_rsm_azure._rsm import AzureRemoteStorageManager
 from tierlog_rsm_azure._version import __version__
 

@@ -69,7 +69,7 @@ from tierlog_rsm_azure._config import (
     CONTAINER_NAME,
     CREDENTIAL_KEYS,
     MAX_RETRY_BACKOFF_S,
-    AzureSettings,
+    AzureConfig,
 )
 from tierlog_rsm_azure._transport import ObservedTransport, install_url_redaction, redact
 
@@ -155,7 +155,7 @@ def _is_transient(error: BaseException) -> bool:
 class AzureBackend(ObjectStoreBackend):
     """A blob container of a storage account, through azure-storage-blob.
 
-    Build it with ``AzureBackend(settings, upload, observer)`` (``AzureSettings.from_configs``
+    Build it with ``AzureBackend(settings, upload, observer)`` (``AzureConfig.from_configs``
     parses the ``azure.*`` keys); the RSM does this in ``create_backend``. Thread-safe: the
     SDK's clients are, and each call builds its own short-lived blob client on the shared
     pipeline and connection pool. ``list_page_size`` (default: Azure's 5000) exists so that
@@ -166,7 +166,7 @@ class AzureBackend(ObjectStoreBackend):
 
     def __init__(
         self,
-        settings: AzureSettings,
+        settings: AzureConfig,
         upload: UploadSettings | None = None,
         observer: RequestObserver = null_observer,
         *,
@@ -551,7 +551,7 @@ class AzureBackend(ObjectStoreBackend):
                 closer()
 
 
-def _default_credential(settings: AzureSettings) -> Any:
+def _default_credential(settings: AzureConfig) -> Any:
     """``DefaultAzureCredential`` (environment, workload or managed identity, Azure CLI...),
     from the optional ``azure-identity`` (``pip install 'tierlog-rsm-azure[identity]'``)."""
     try:

@@ -307,9 +307,3 @@ class AzureConfig:
             connection_timeout_s=connect_ms / 1000,
             read_timeout_s=read_ms / 1000,
         )
-
-
-# Transitional: the name before the plugins' settings were made uniform, still imported by
-# _rsm.py, _backend.py and tests (test_azure_backend*.py, test_azure_faults.py). Remove once
-# they import AzureConfig.
-AzureSettings = AzureConfig

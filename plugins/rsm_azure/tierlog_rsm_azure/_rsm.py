@@ -20,7 +20,7 @@ from tierlog.storage.objectstore.backend import (
 )
 from tierlog.storage.objectstore.rsm import ObjectStoreRemoteStorageManager
 
-from tierlog_rsm_azure._config import AzureSettings
+from tierlog_rsm_azure._config import AzureConfig
 
 __all__ = ["AzureRemoteStorageManager"]
 
@@ -32,7 +32,7 @@ class AzureRemoteStorageManager(ObjectStoreRemoteStorageManager):
     keys of the README: ``azure.container.name`` and a way to reach the account are required.
     """
 
-    backend_config_keys: ClassVar[frozenset[str]] = AzureSettings.keys()
+    backend_config_keys: ClassVar[frozenset[str]] = AzureConfig.keys()
 
     def create_backend(
         self,
@@ -42,7 +42,7 @@ class AzureRemoteStorageManager(ObjectStoreRemoteStorageManager):
     ) -> ObjectStoreBackend:
         """Parse the ``azure.*`` keys (``ConfigError`` naming the key) and build the
         azure-storage-blob ``AzureBackend``; the base then calls ``check_access``."""
-        settings = AzureSettings.from_configs(configs, upload)
+        settings = AzureConfig.from_configs(configs, upload)
         from tierlog_rsm_azure._backend import AzureBackend
 
         return AzureBackend(settings, upload, observer)

@@ -18,7 +18,7 @@ from tierlog.spi import RemoteStorageException
 from tierlog.storage.objectstore.backend import UploadSettings
 
 from gcs_test_helpers import gcs_configs, list_bucket, read_object
-from tierlog_rsm_gcs import GcsBackend, parse_settings
+from tierlog_rsm_gcs import GcsBackend, GcsConfig
 from tierlog_rsm_gcs._streams import UploadSource
 
 KiB = 1 << 10
@@ -35,7 +35,8 @@ def make(
     service: Service, observer: RecordingObserver, *, threshold: int, chunk: int = CHUNK
 ) -> GcsBackend:
     configs = gcs_configs(service, **{"gcs.resumable.upload.chunk.size": str(chunk)})
-    return GcsBackend(parse_settings(configs, chunk), UploadSettings(chunk, threshold, 1), observer)
+    upload = UploadSettings(chunk, threshold, 1)
+    return GcsBackend(GcsConfig.from_configs(configs, upload), upload, observer)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from tierlog.conformance.backend_suite import ObjectStoreBackendSuite, Recording
 from tierlog.storage.objectstore.backend import UploadSettings
 
 from gcs_test_helpers import gcs_configs
-from tierlog_rsm_gcs import GcsBackend, parse_settings
+from tierlog_rsm_gcs import GcsBackend, GcsConfig
 
 
 class TestGcsBackend(ObjectStoreBackendSuite):
@@ -26,7 +26,7 @@ class TestGcsBackend(ObjectStoreBackendSuite):
         self, fake_gcs: Service, upload_settings: UploadSettings, observer: RecordingObserver
     ) -> Iterator[GcsBackend]:
         # No explicit chunk size: it follows the suite's part size, as in the RSM.
-        settings = parse_settings(gcs_configs(fake_gcs), upload_settings.part_size)
+        settings = GcsConfig.from_configs(gcs_configs(fake_gcs), upload_settings)
         backend = GcsBackend(settings, upload_settings, observer)
         yield backend
         backend.close()
@@ -34,6 +34,6 @@ class TestGcsBackend(ObjectStoreBackendSuite):
     @pytest.fixture
     def missing_bucket_backend(self, fake_gcs: Service) -> Iterator[GcsBackend]:
         configs = gcs_configs(fake_gcs, **{"gcs.bucket.name": "no-such-bucket-here"})
-        backend = GcsBackend(parse_settings(configs, 8 << 20))
+        backend = GcsBackend(GcsConfig.from_configs(configs, UploadSettings(part_size=8 << 20)))
         yield backend
         backend.close()

@@ -26,10 +26,10 @@ from tierlog.spi import (
     RemoteStorageException,
     RetriableRemoteStorageException,
 )
-from tierlog.storage.objectstore.backend import ObjectStoreThrottledError
+from tierlog.storage.objectstore.backend import ObjectStoreThrottledError, UploadSettings
 
 from gcs_test_helpers import BUCKET, gcs_configs
-from tierlog_rsm_gcs import GcsBackend, GcsRemoteStorageManager, parse_settings
+from tierlog_rsm_gcs import GcsBackend, GcsConfig, GcsRemoteStorageManager
 
 
 def configure(configs: dict[str, str]) -> GcsRemoteStorageManager:
@@ -72,7 +72,7 @@ def test_missing_bucket_on_upload_and_listing(fake_gcs: Service) -> None:
     """After start-up (the bucket deleted under a running broker), uploads and listings still
     say which bucket is missing."""
     configs = gcs_configs(fake_gcs, **{"gcs.bucket.name": "vanished-bucket"})
-    backend = GcsBackend(parse_settings(configs, 8 << 20))
+    backend = GcsBackend(GcsConfig.from_configs(configs, UploadSettings(part_size=8 << 20)))
     try:
         for action in (
             lambda: backend.upload("k", _bytes(b"abc"), 3),
@@ -211,7 +211,7 @@ def offline_backend() -> Iterator[GcsBackend]:
         "gcs.endpoint.url": "http://127.0.0.1:9",
         "gcs.credentials.default": "false",
     }
-    backend = GcsBackend(parse_settings(configs, 8 << 20))
+    backend = GcsBackend(GcsConfig.from_configs(configs, UploadSettings(part_size=8 << 20)))
     yield backend
     backend.close()
 

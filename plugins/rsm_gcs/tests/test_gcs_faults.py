@@ -32,7 +32,7 @@ from tierlog.spi import (
 from tierlog.storage.objectstore.backend import UploadSettings
 
 from gcs_test_helpers import gcs_configs, list_bucket
-from tierlog_rsm_gcs import GcsBackend, GcsRemoteStorageManager, parse_settings
+from tierlog_rsm_gcs import GcsBackend, GcsConfig, GcsRemoteStorageManager
 
 MiB = 1 << 20
 CHUNK = MiB
@@ -92,7 +92,8 @@ def make_backend(service: Service, chunk: int = CHUNK, deadline_ms: int = 3000) 
             "gcs.retry.deadline.ms": str(deadline_ms),
         },
     )
-    return GcsBackend(parse_settings(configs, chunk), UploadSettings(chunk, chunk, 1))
+    upload = UploadSettings(chunk, chunk, 1)
+    return GcsBackend(GcsConfig.from_configs(configs, upload), upload)
 
 
 def run_in_thread(fn: Callable[[], T]) -> Future[T]:

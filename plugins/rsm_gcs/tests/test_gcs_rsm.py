@@ -19,7 +19,7 @@ from tierlog.spi.plugins import get_registry
 from tierlog.storage.objectstore.config import CONFIG_KEYS as COMMON_KEYS
 
 from gcs_test_helpers import gcs_configs
-from tierlog_rsm_gcs import CONFIG_KEYS, GcsRemoteStorageManager
+from tierlog_rsm_gcs import GcsConfig, GcsRemoteStorageManager
 
 MiB = 1 << 20
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -113,7 +113,7 @@ def test_readme_documents_every_key() -> None:
     """Each key the RSM reads has a row in the README's tables, no row names a key that does
     not exist, and the common keys' defaults are the core's."""
     rows = dict(re.findall(r"^\| `([a-z0-9.]+)` \| ([^|]*) \|", README.read_text(), re.MULTILINE))
-    every = {*CONFIG_KEYS, *(k.name for k in COMMON_KEYS)}
+    every = {*GcsConfig.keys(), *(k.name for k in COMMON_KEYS)}
     assert not every - rows.keys(), f"README.md lacks rows for {sorted(every - rows.keys())}"
     assert not rows.keys() - every, f"README.md documents unknown {sorted(rows.keys() - every)}"
     wrong = {

@@ -22,10 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog import hookimpl
 
-from tierlog_rsm_gcs._config import CONFIG_KEYS as CONFIG_KEYS  # transitional, see _config
 from tierlog_rsm_gcs._config import GCS_CONFIG_KEYS, GcsConfig
-from tierlog_rsm_gcs._config import GcsSettings as GcsSettings  # transitional, see _config
-from tierlog_rsm_gcs._config import parse_settings as parse_settings  # transitional
 from tierlog_rsm_gcs._rsm import GcsRemoteStorageManager
 from tierlog_rsm_gcs._version import __version__
 

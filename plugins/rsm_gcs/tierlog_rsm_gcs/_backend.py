@@ -63,7 +63,7 @@ from tierlog_rsm_gcs._config import (
     CREDENTIALS_DEFAULT,
     CREDENTIALS_JSON,
     CREDENTIALS_PATH,
-    GcsSettings,
+    GcsConfig,
 )
 from tierlog_rsm_gcs._streams import DownloadStream, UploadSource, buffered
 
@@ -184,7 +184,7 @@ class _ObservedSession(AuthorizedSession):
         return response
 
 
-def _key_info(settings: GcsSettings) -> tuple[dict[str, Any], str]:
+def _key_info(settings: GcsConfig) -> tuple[dict[str, Any], str]:
     """The parsed JSON of ``gcs.credentials.json`` or of the ``gcs.credentials.path`` file, and
     the key it came from. Errors name the key and never quote the content."""
     if settings.credentials_json is not None:
@@ -210,7 +210,7 @@ def _key_info(settings: GcsSettings) -> tuple[dict[str, Any], str]:
     return info, key
 
 
-def _credentials(settings: GcsSettings) -> tuple[Credentials, str | None]:
+def _credentials(settings: GcsConfig) -> tuple[Credentials, str | None]:
     """The credentials the settings ask for, and the project they name (if any). Builds them
     without a network call; a failure names the key to fix and never quotes its value.
 
@@ -267,7 +267,7 @@ class GcsBackend(ObjectStoreBackend):
 
     def __init__(
         self,
-        settings: GcsSettings,
+        settings: GcsConfig,
         upload: UploadSettings | None = None,
         observer: RequestObserver = null_observer,
     ) -> None:

@@ -311,16 +311,3 @@ def _positive_ms(configs: Mapping[str, str], key: str, default: int) -> float:
     """Milliseconds (1 ms to a day) as seconds, the SDK's unit."""
     value = get_int(configs, key, default, minimum=1, maximum=24 * 3600 * 1000, unit=" (ms)")
     return value / 1000
-
-
-# Transitional: the names before the plugins' settings were made uniform, still imported by
-# _rsm.py, _backend.py and tests (test_gcs_backend*.py, test_gcs_errors.py, test_gcs_faults.py,
-# test_gcs_rsm.py). Remove once they use GcsConfig, GcsConfig.from_configs(configs, upload) and
-# GcsConfig.keys().
-GcsSettings = GcsConfig
-CONFIG_KEYS: Final = GcsConfig.keys()
-
-
-def parse_settings(configs: Mapping[str, str], default_chunk_size: int) -> GcsConfig:
-    """Transitional: ``GcsConfig.from_configs`` with the part size as a number."""
-    return GcsConfig.from_configs(configs, UploadSettings(part_size=default_chunk_size))

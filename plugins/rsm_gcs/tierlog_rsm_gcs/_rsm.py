@@ -18,7 +18,7 @@ from tierlog.storage.objectstore.backend import (
 )
 from tierlog.storage.objectstore.rsm import ObjectStoreRemoteStorageManager
 
-from tierlog_rsm_gcs._config import CONFIG_KEYS, parse_settings
+from tierlog_rsm_gcs._config import GcsConfig
 
 __all__ = ["GcsRemoteStorageManager"]
 
@@ -27,11 +27,11 @@ class GcsRemoteStorageManager(ObjectStoreRemoteStorageManager):
     """Kafka's RemoteStorageManager on Google Cloud Storage (``gcs``).
 
     Configured with ``rsm.config.gcs.bucket.name`` (required) and the optional ``gcs.*`` keys
-    of ``tierlog_rsm_gcs.CONFIG_KEYS``, besides the common object-store keys; see the
+    of ``tierlog_rsm_gcs.GCS_CONFIG_KEYS``, besides the common object-store keys; see the
     package's README for the table.
     """
 
-    backend_config_keys: ClassVar[frozenset[str]] = CONFIG_KEYS
+    backend_config_keys: ClassVar[frozenset[str]] = GcsConfig.keys()
 
     def create_backend(
         self, configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
@@ -40,5 +40,5 @@ class GcsRemoteStorageManager(ObjectStoreRemoteStorageManager):
         ``check_access`` next). The resumable chunk size defaults to the common part size."""
         from tierlog_rsm_gcs._backend import GcsBackend
 
-        settings = parse_settings(configs, upload.part_size)
+        settings = GcsConfig.from_configs(configs, upload)
         return GcsBackend(settings, upload, observer)

@@ -14,7 +14,7 @@ import pytest
 from _s3_support import PrivateServers, new_bucket_name, plugin_configs
 from services._common import Service
 from services.seaweedfs import create_bucket, limit_concurrent_requests
-from tierlog_rsm_s3 import S3Backend, S3Settings
+from tierlog_rsm_s3 import S3Backend, S3Config
 
 from tierlog.conformance.backend_suite import RecordingObserver, StreamSource
 from tierlog.spi import (
@@ -49,9 +49,7 @@ def make_backend(
         **extra: str,
     ) -> S3Backend:
         configs = plugin_configs(service or seaweedfs, bucket, **extra)
-        backend = S3Backend(
-            S3Settings.from_configs(configs), upload, observer or RecordingObserver()
-        )
+        backend = S3Backend(S3Config.from_configs(configs), upload, observer or RecordingObserver())
         made.append(backend)
         return backend
 
@@ -135,7 +133,7 @@ def test_default_credential_chain_is_used_without_keys(
     configs = plugin_configs(seaweedfs, shared_bucket)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", configs.pop("aws.access.key.id"))
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", configs.pop("aws.secret.access.key"))
-    with S3Backend(S3Settings.from_configs(configs)) as backend:
+    with S3Backend(S3Config.from_configs(configs)) as backend:
         backend.check_access()
         backend.upload("chain/object", io.BytesIO(b"via the chain"), 13)
         assert backend.get("chain/object").read() == b"via the chain"
@@ -160,7 +158,7 @@ def test_no_credentials_anywhere_says_where_to_put_them(
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with (
-        S3Backend(S3Settings.from_configs(configs)) as backend,
+        S3Backend(S3Config.from_configs(configs)) as backend,
         pytest.raises(RemoteStorageException) as raised,
     ):
         backend.check_access()
@@ -319,7 +317,7 @@ def test_parts_are_streamed_only_where_botocore_would_copy_them(
     }
     if endpoint is not None:
         configs["s3.endpoint.url"] = endpoint
-    with S3Backend(S3Settings.from_configs(configs)) as backend:  # no request is made
+    with S3Backend(S3Config.from_configs(configs)) as backend:  # no request is made
         assert backend._stream_bodies is streamed
 
 

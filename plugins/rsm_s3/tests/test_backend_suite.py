@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from _s3_support import new_bucket_name, plugin_configs
 from services._common import Service
-from tierlog_rsm_s3 import S3Backend, S3Settings
+from tierlog_rsm_s3 import S3Backend, S3Config
 
 from tierlog.conformance.backend_suite import ObjectStoreBackendSuite, RecordingObserver
 from tierlog.storage.objectstore.backend import UploadSettings
@@ -24,7 +24,7 @@ class TestS3Backend(ObjectStoreBackendSuite):
         upload_settings: UploadSettings,
         observer: RecordingObserver,
     ) -> Iterator[S3Backend]:
-        settings = S3Settings.from_configs(plugin_configs(seaweedfs, shared_bucket))
+        settings = S3Config.from_configs(plugin_configs(seaweedfs, shared_bucket))
         backend = S3Backend(settings, upload_settings, observer)
         yield backend
         backend.close()
@@ -33,7 +33,7 @@ class TestS3Backend(ObjectStoreBackendSuite):
     def missing_bucket_backend(
         self, seaweedfs: Service, upload_settings: UploadSettings
     ) -> Iterator[S3Backend]:
-        settings = S3Settings.from_configs(plugin_configs(seaweedfs, new_bucket_name()))
+        settings = S3Config.from_configs(plugin_configs(seaweedfs, new_bucket_name()))
         backend = S3Backend(settings, upload_settings)
         yield backend
         backend.close()

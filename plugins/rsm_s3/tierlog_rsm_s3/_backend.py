@@ -17,7 +17,7 @@ the three things the Java RSM it replaces gets wrong or leaves to chance:
 - **Errors are tierlog's** (``_errors``): not found, throttled, retriable, or a message saying
   which bucket and which keys to fix.
 
-The client is built from the ``S3Settings`` (``_config``); without static keys, boto3's default
+The client is built from the ``S3Config`` (``_config``); without static keys, boto3's default
 credential chain supplies them. Nothing here logs or formats a credential.
 """
 
@@ -55,7 +55,7 @@ from tierlog.storage.objectstore.backend import (
     read_up_to,
     upload_parts,
 )
-from tierlog_rsm_s3._config import DEFAULT_REGION, STORAGE_CLASS, S3Settings
+from tierlog_rsm_s3._config import DEFAULT_REGION, STORAGE_CLASS, S3Config
 from tierlog_rsm_s3._errors import THROTTLE_CODES, classify, to_tierlog_error
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ class S3Backend(ObjectStoreBackend):
 
     def __init__(
         self,
-        settings: S3Settings,
+        settings: S3Config,
         upload: UploadSettings | None = None,
         observer: RequestObserver = null_observer,
     ) -> None:

@@ -258,6 +258,5 @@ class S3Config:
 
 
 # Transitional: the name before the plugins' settings were made uniform, still imported by
-# _rsm.py, _backend.py and tests (test_backend*.py, test_rsm.py). Remove once they import
-# S3Config.
+# tests/test_rsm.py only. Remove once it imports S3Config.
 S3Settings = S3Config

@@ -17,7 +17,7 @@ from tierlog.storage.objectstore.backend import (
     UploadSettings,
 )
 from tierlog.storage.objectstore.rsm import ObjectStoreRemoteStorageManager
-from tierlog_rsm_s3._config import S3Settings
+from tierlog_rsm_s3._config import S3Config
 
 __all__ = ["S3RemoteStorageManager"]
 
@@ -29,7 +29,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
     keys of the README: ``s3.bucket.name`` is required, the rest has defaults.
     """
 
-    backend_config_keys: ClassVar[frozenset[str]] = S3Settings.keys()
+    backend_config_keys: ClassVar[frozenset[str]] = S3Config.keys()
 
     def create_backend(
         self,
@@ -39,7 +39,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
     ) -> ObjectStoreBackend:
         """Parse the ``s3.*``/``aws.*`` keys (``ConfigError`` naming the key) and build the
         boto3-backed ``S3Backend``; the base then calls ``check_access``."""
-        settings = S3Settings.from_configs(configs)
+        settings = S3Config.from_configs(configs)
         from tierlog_rsm_s3._backend import S3Backend
 
         return S3Backend(settings, upload, observer)
