@@ -14,7 +14,7 @@ import pytest
 from _s3_support import PrivateServers, new_bucket_name, plugin_configs, write_keyring
 from services._common import Service
 from services.seaweedfs import create_bucket, s3_client
-from tierlog_rsm_s3 import S3Backend, S3RemoteStorageManager, S3Settings
+from tierlog_rsm_s3 import S3Backend, S3Config, S3RemoteStorageManager
 
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream, segment_metadata
 from tierlog.spi import (
@@ -182,7 +182,7 @@ class _PausingSource(io.RawIOBase):
 class _PausingBackend(S3Backend):
     def __init__(
         self,
-        settings: S3Settings,
+        settings: S3Config,
         upload: UploadSettings,
         observer: RequestObserver,
         pause: UploadPause,
@@ -204,7 +204,7 @@ class PausingS3RemoteStorageManager(S3RemoteStorageManager):
     def create_backend(
         self, configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
     ) -> ObjectStoreBackend:
-        return _PausingBackend(S3Settings.from_configs(configs), upload, observer, self._pause)
+        return _PausingBackend(S3Config.from_configs(configs), upload, observer, self._pause)
 
 
 def test_server_killed_mid_upload_then_retry_completes(

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog import hookimpl
 from tierlog_rsm_s3._config import S3_CONFIG_KEYS, S3Config
-from tierlog_rsm_s3._config import S3Settings as S3Settings  # transitional, see _config
 from tierlog_rsm_s3._rsm import S3RemoteStorageManager
 from tierlog_rsm_s3._version import __version__
 

@@ -255,8 +255,3 @@ class S3Config:
             checksum_check=get_bool(configs, CHECKSUM_CHECK, False),
             certificate_check=get_bool(configs, CERTIFICATE_CHECK, True),
         )
-
-
-# Transitional: the name before the plugins' settings were made uniform, still imported by
-# tests/test_rsm.py only. Remove once it imports S3Config.
-S3Settings = S3Config
