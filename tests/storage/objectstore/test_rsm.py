@@ -4,6 +4,7 @@ fetch, coalescing, prefetch), bounded memory, failure handling, transforms and c
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import dataclasses
 import hashlib
 import io
@@ -11,7 +12,6 @@ import json
 import logging
 import os
 import random
-import time
 import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator
@@ -50,10 +50,12 @@ from tierlog.storage.objectstore import (
     UploadSettings,
     decode_custom_metadata,
 )
+from tierlog.storage.objectstore.ratelimit import TokenBucket
 from tierlog.storage.objectstore.rsm import already_compressed
 
 KiB = 1 << 10
 MiB = 1 << 20
+DEADLINE_S = 120
 
 TRANSFORMS = {
     "plain": {},
@@ -258,10 +260,13 @@ def test_a_range_over_uncached_chunks_is_one_coalesced_get(
 
 
 def drain(rsm: MemoryObjectStoreRSM) -> None:
-    """Wait for background prefetches (their GETs are counted when they start)."""
-    deadline = time.monotonic() + 10
-    while rsm._inflight and time.monotonic() < deadline:
-        time.sleep(0.005)
+    """Wait for background prefetches (their GETs are counted when they start). A prefetch
+    registers its chunks' futures before the read that starts it returns, and removes each
+    from ``_inflight`` before settling it: once they are all done, none is left."""
+    with rsm._inflight_lock:
+        pending = list(rsm._inflight.values())
+    _, not_done = concurrent.futures.wait(pending, timeout=DEADLINE_S)
+    assert not not_done, f"{len(not_done)} prefetched chunks still pending after {DEADLINE_S} s"
     assert not rsm._inflight
 
 
@@ -647,14 +652,47 @@ def test_a_retried_copy_is_never_served_from_the_first_attempts_cache(
     assert read_stream(rsm.fetch_log_segment(metadata, 0, 100)) == second.segment[:101]
 
 
+class FakeTime:
+    """A clock that only moves when ``sleep`` is called, recording each sleep."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
 def test_the_upload_rate_limit_slows_copies(
     make: Callable[..., MemoryObjectStoreRSM], segments: SegmentFactory, tip: TopicIdPartition
 ) -> None:
-    rsm = make(**{"upload.rate.limit.bytes.per.second": str(2 * MiB)})
+    """Every byte uploaded (log and indexes; not the small manifest) is paid for: beyond the
+    bucket's initial burst, the copy sleeps exactly bytes / rate. Checked on a fake clock, so
+    the machine's speed does not matter."""
+    fake = FakeTime()
+    buckets: list[TokenBucket] = []
+
+    class FakeClockRSM(MemoryObjectStoreRSM):
+        def create_upload_bucket(self, rate: int) -> TokenBucket:
+            bucket = TokenBucket(rate, clock=fake.clock, sleep=fake.sleep)
+            buckets.append(bucket)
+            return bucket
+
+    rate = 2 * MiB
+    rsm = make(FakeClockRSM, **{"upload.rate.limit.bytes.per.second": str(rate)})
+    assert [b.rate for b in buckets] == [rate]
     files = segments.create(size=MiB)
-    started = time.monotonic()
-    copy(rsm, files, tip)
-    assert 0.25 < time.monotonic() - started < 3
+    metadata = copy(rsm, files, tip)
+    keys = rsm.segment_keys(metadata)
+    objects = rsm.memory_backend.objects
+    paid = len(objects[keys.log]) + len(objects[keys.indexes])
+    assert paid > MiB
+    assert sum(fake.slept) == pytest.approx((paid - buckets[0].burst) / rate, rel=1e-9)
+    assert sum(fake.slept) > 0.25
 
 
 # Caches across restarts, deletes, metrics -------------------------------------------------------

@@ -354,6 +354,12 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         stripped; read only the plugin's own keys). Raise ``ConfigError`` naming the key for a
         bad setting; do not contact the store here (``check_access`` follows)."""
 
+    def create_upload_bucket(self, rate: int) -> TokenBucket:
+        """The token bucket of ``upload.rate.limit.bytes.per.second`` (``rate`` bytes per
+        second), built once by ``configure`` and shared by every copy. Overridable so that a
+        test can give it a fake clock and sleep and check the throttling exactly."""
+        return TokenBucket(rate)
+
     # Lifecycle ----------------------------------------------------------------------------------
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -448,7 +454,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             self._metrics = metrics
             self._key_provider = key_provider
             self._bucket = (
-                TokenBucket(config.upload_rate_limit_bytes_per_second)
+                self.create_upload_bucket(config.upload_rate_limit_bytes_per_second)
                 if config.upload_rate_limit_bytes_per_second
                 else None
             )
