@@ -603,6 +603,34 @@ def test_sanity_check_reports_missing_and_corrupt_indexes(make) -> None:  # type
         seg.sanity_check()
 
 
+def test_log_segments_values_never_fails_a_reader_between_two_updates(make) -> None:  # type: ignore[no-untyped-def]
+    """``values()`` is read without the log's lock (a status query while retention deletes):
+    a reader running between the two halves of an ``add`` or a ``remove`` (here, called from
+    inside the map's own update) sees the segment or not, never a ``KeyError``."""
+    segs = LogSegments([make(b) for b in (0, 10, 20)])
+    seen: list[list[int]] = []
+
+    class Spying(dict[int, LogSegment]):
+        def __setitem__(self, key: int, value: LogSegment) -> None:
+            seen.append([s.base_offset for s in segs.values()])  # just before the map changes
+            super().__setitem__(key, value)
+
+        def pop(self, key: int, *default: LogSegment | None) -> LogSegment | None:  # type: ignore[override]
+            segment = super().pop(key, *default)
+            seen.append([s.base_offset for s in segs.values()])  # just after the map changed
+            return segment
+
+    segs._by_base = Spying(segs._by_base)
+    segs.add(make(30))
+    segs.remove(10)
+    assert seen == [[0, 10, 20], [0, 20, 30]]
+    assert [s.base_offset for s in segs.values()] == [0, 20, 30]
+    # A base offset listed whose segment is gone (a reader between the list and the map) is
+    # skipped, not a KeyError.
+    segs._bases.insert(1, 5)
+    assert [s.base_offset for s in segs.values()] == [0, 20, 30]
+
+
 def test_log_segments_container(make) -> None:  # type: ignore[no-untyped-def]
     segs = LogSegments([make(b) for b in (0, 10, 20, 30)])
     assert segs.base_offsets == [0, 10, 20, 30]

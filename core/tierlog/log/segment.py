@@ -947,6 +947,11 @@ class LogSegments:
     """A log's segments by base offset (Kafka's ``LogSegments``, a sorted map).
 
     Lookups are binary searches over the sorted base offsets; the last segment is the active one.
+    Changes are made under the log's lock, but ``values()`` is also read without it (a status
+    query, the RLM's threads), as Kafka reads its concurrent map: a segment is in the map before
+    its base offset is listed and unlisted before it leaves the map, and ``values()`` skips a
+    base offset whose segment went in between, so a reader sees a segment or not, never a
+    ``KeyError``.
     """
 
     def __init__(self, segments: Iterable[LogSegment] = ()) -> None:
@@ -959,20 +964,20 @@ class LogSegments:
         """Add ``segment``, replacing (and returning) one with the same base offset."""
         base = segment.base_offset
         previous = self._by_base.get(base)
+        self._by_base[base] = segment
         if previous is None:
             insort(self._bases, base)
-        self._by_base[base] = segment
         return previous
 
     def remove(self, base_offset: int) -> LogSegment | None:
-        segment = self._by_base.pop(base_offset, None)
-        if segment is not None:
-            del self._bases[bisect_left(self._bases, base_offset)]
-        return segment
+        if base_offset not in self._by_base:
+            return None
+        del self._bases[bisect_left(self._bases, base_offset)]
+        return self._by_base.pop(base_offset)
 
     def clear(self) -> None:
-        self._by_base.clear()
         self._bases.clear()
+        self._by_base.clear()
 
     def get(self, base_offset: int) -> LogSegment | None:
         return self._by_base.get(base_offset)
@@ -1000,7 +1005,7 @@ class LogSegments:
         that includes ``from_offset`` to the one that includes ``to_offset - 1`` (Kafka's
         ``values(from, to)``)."""
         if from_offset is None:
-            return [self._by_base[b] for b in self._bases]
+            return [s for s in map(self._by_base.get, self._bases) if s is not None]
         to = (1 << 63) - 1 if to_offset is None else to_offset
         if from_offset == to:
             return []
