@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 import io
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import pytest
+from google.api_core.retry import retry_base, retry_unary
 from services._common import Service
 from services.fake_gcs import start_fake_gcs
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream, segment_metadata
@@ -29,42 +29,108 @@ from tierlog.spi import (
     TopicIdPartition,
     Uuid,
 )
-from tierlog.storage.objectstore.backend import UploadSettings
+from tierlog.storage.objectstore.backend import (
+    ObjectStoreBackend,
+    Operation,
+    Outcome,
+    RequestObserver,
+    UploadSettings,
+    null_observer,
+)
 
 from gcs_test_helpers import gcs_configs, list_bucket
 from tierlog_rsm_gcs import GcsBackend, GcsConfig, GcsRemoteStorageManager
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 MiB = 1 << 20
 CHUNK = MiB
+DEADLINE_S = 120
 T = TypeVar("T")
 
 
-class GatedSource(io.RawIOBase):
-    """A non-seekable upload source that stops after ``gate_at`` bytes until released, so the
-    test can kill the server while an upload is provably in the middle of its chunks."""
+class UploadPause:
+    """Stops the first upload whose source passes ``at`` bytes right there, until ``resume``:
+    the test kills the server while an upload is provably in the middle of its chunks, instead
+    of guessing when it is half-way (as the ``s3`` plugin's fault test does)."""
 
-    def __init__(self, data: bytes, gate_at: int) -> None:
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.paused = threading.Event()
+        self._resumed = threading.Event()
+        self._armed = True
+        self._lock = threading.Lock()
+
+    def wrap(self, source: BinaryIO) -> BinaryIO:
+        """``source`` itself once the pause was used, else a non-seekable ``source`` pausing
+        at ``at``."""
+        with self._lock:
+            armed, self._armed = self._armed, False
+        return io.BufferedReader(_PausingSource(source, self)) if armed else source
+
+    def wait_resumed(self) -> None:
+        self.paused.set()
+        if not self._resumed.wait(DEADLINE_S):
+            raise TimeoutError("the test never resumed the paused upload")
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+
+class _PausingSource(io.RawIOBase):
+    def __init__(self, source: BinaryIO, pause: UploadPause) -> None:
         super().__init__()
-        self._data = memoryview(data)
-        self._position = 0
-        self._gate_at = gate_at
-        self.reached = threading.Event()
-        self.release = threading.Event()
+        self._source = source
+        self._pause = pause
+        self._before_pause: int | None = pause.at
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if self._position >= self._gate_at and not self.release.is_set():
-            self.reached.set()
-            assert self.release.wait(30), "the test never released the source"
+    def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
-        n = min(len(view), len(self._data) - self._position)
-        if self._position < self._gate_at:
-            n = min(n, self._gate_at - self._position)
-        view[:n] = self._data[self._position : self._position + n]
-        self._position += n
-        return n
+        if self._before_pause == 0:
+            self._before_pause = None
+            self._pause.wait_resumed()
+        want = len(view) if self._before_pause is None else min(len(view), self._before_pause)
+        data = self._source.read(want)
+        view[: len(data)] = data
+        if self._before_pause is not None:
+            self._before_pause -= len(data)
+        return len(data)
+
+
+class PausingGcsBackend(GcsBackend):
+    """The ``gcs`` backend whose first upload pauses (``UploadPause``)."""
+
+    def __init__(
+        self,
+        settings: GcsConfig,
+        upload: UploadSettings,
+        observer: RequestObserver,
+        pause: UploadPause,
+    ) -> None:
+        super().__init__(settings, upload, observer)
+        self._pause = pause
+
+    def upload(self, key: str, source: BinaryIO, size: int | None) -> None:
+        super().upload(key, self._pause.wrap(source), size)
+
+
+class PausingGcsRemoteStorageManager(GcsRemoteStorageManager):
+    """The ``gcs`` RSM whose backend pauses its first upload (``UploadPause``)."""
+
+    def __init__(self, pause: UploadPause) -> None:
+        super().__init__()
+        self._pause = pause
+
+    def create_backend(
+        self, configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
+    ) -> ObjectStoreBackend:
+        return PausingGcsBackend(
+            GcsConfig.from_configs(configs, upload), upload, observer, self._pause
+        )
 
 
 def restart(service: Service) -> Service:
@@ -84,7 +150,12 @@ def server(private_fake_gcs: Service) -> Iterator[list[Service]]:
     holder[0].stop()
 
 
-def make_backend(service: Service, chunk: int = CHUNK, deadline_ms: int = 3000) -> GcsBackend:
+def make_backend(
+    service: Service,
+    chunk: int = CHUNK,
+    deadline_ms: int = 3000,
+    observer: RequestObserver = null_observer,
+) -> GcsBackend:
     configs = gcs_configs(
         service,
         **{
@@ -93,7 +164,7 @@ def make_backend(service: Service, chunk: int = CHUNK, deadline_ms: int = 3000) 
         },
     )
     upload = UploadSettings(chunk, chunk, 1)
-    return GcsBackend(GcsConfig.from_configs(configs, upload), upload)
+    return GcsBackend(GcsConfig.from_configs(configs, upload), upload, observer)
 
 
 def run_in_thread(fn: Callable[[], T]) -> Future[T]:
@@ -110,13 +181,18 @@ def test_kill_mid_resumable_upload_raises_retriable_and_a_retry_completes(
     key = "faults/upload.log"
     backend = make_backend(server[0])
     try:
-        source = GatedSource(data, gate_at=3 * CHUNK + 1000)
-        upload = run_in_thread(lambda: backend.upload(key, source, len(data)))  # type: ignore[arg-type]
-        assert source.reached.wait(30), "the upload never reached the middle of the object"
-        server[0].kill()
-        source.release.set()
+        # Three 1 MiB chunks sent, then the source stops 1000 bytes into the fourth.
+        pause = UploadPause(at=3 * CHUNK + 1000)
+        source = pause.wrap(io.BytesIO(data))
+        upload = run_in_thread(lambda: backend.upload(key, source, len(data)))
+        try:
+            assert pause.paused.wait(DEADLINE_S), "the upload never reached the middle"
+            assert not upload.done(), f"the upload ended at the pause: {upload.exception()}"
+            server[0].kill()
+        finally:
+            pause.resume()
         with pytest.raises(RetriableRemoteStorageException):
-            upload.result(60)
+            upload.result(DEADLINE_S)
 
         server[0] = restart(server[0])
         assert backend.head(key) is None, "a killed resumable upload left an object behind"
@@ -152,30 +228,69 @@ def test_kill_mid_fetch_raises_retriable_never_a_short_read(server: list[Service
         backend.close()
 
 
-def test_unreachable_server_raises_retriable(server: list[Service]) -> None:
-    backend = make_backend(server[0], deadline_ms=1000)
+class FakeRetryTime:
+    """``time`` for google-api-core's retry loop (the only user of ``monotonic`` and
+    ``sleep`` there): a clock that moves only when the loop sleeps, so a call's backoff is
+    measured exactly, whatever the machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_unreachable_server_raises_retriable(
+    server: list[Service], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every call retries a refused connection (more than one attempt), sleeping at most
+    ``gcs.retry.deadline.ms`` (1 s) in all before it gives up: the deadline configured is the
+    one applied, on every path (the SDK's default would back off for up to 120 s). The retry
+    loop's clock is fake, so this is exact on any machine."""
+    fake = FakeRetryTime()
+    monkeypatch.setattr(retry_unary, "time", fake)
+    monkeypatch.setattr(retry_base, "time", fake)
+    attempts: list[Operation] = []
+
+    def observer(
+        operation: Operation, *, outcome: Outcome, bytes_sent: int = 0, bytes_received: int = 0
+    ) -> None:
+        if outcome == "error":
+            attempts.append(operation)
+
+    backend = make_backend(server[0], deadline_ms=1000, observer=observer)
     try:
         server[0].kill()
-        started = time.monotonic()
-        for action in (
-            backend.check_access,
-            lambda: read_stream(backend.get("faults/x")),
-            lambda: backend.head("faults/x"),
-            lambda: backend.delete(["faults/x"]),
-            lambda: list(backend.list("faults/")),
-            lambda: backend.upload("faults/x", io.BytesIO(b"abc"), 3),
+        for name, action in (
+            ("check_access", backend.check_access),
+            ("get", lambda: read_stream(backend.get("faults/x"))),
+            ("head", lambda: backend.head("faults/x")),
+            ("delete", lambda: backend.delete(["faults/x"])),
+            ("list", lambda: list(backend.list("faults/"))),
+            ("upload", lambda: backend.upload("faults/x", io.BytesIO(b"abc"), 3)),
         ):
+            attempts.clear()
+            fake.slept.clear()
+            started = fake.now
             with pytest.raises(RetriableRemoteStorageException):
                 action()
-        # Six calls, each retrying for at most gcs.retry.deadline.ms (1 s) and not much more.
-        assert time.monotonic() - started < 6 * 1 + 10
+            assert len(attempts) >= 2, f"{name}: {attempts} (no retry)"
+            assert len(fake.slept) == len(attempts) - 1, f"{name}: a backoff between attempts"
+            assert 0 < fake.now - started <= 1.0, f"{name}: backed off {fake.now - started} s"
     finally:
         backend.close()
 
 
 # The RSM ------------------------------------------------------------------------------------
-def rsm_for(service: Service) -> GcsRemoteStorageManager:
-    rsm = GcsRemoteStorageManager()
+def rsm_for(
+    service: Service, rsm: GcsRemoteStorageManager | None = None
+) -> GcsRemoteStorageManager:
+    rsm = rsm or GcsRemoteStorageManager()
     rsm.configure(
         gcs_configs(
             service,
@@ -191,17 +306,23 @@ def test_rsm_copy_killed_mid_upload_leaves_no_segment_and_a_retry_completes(
     files = SegmentFactory(tmp_path / "segments").create(size=24 * MiB)  # five 5 MiB parts
     partition = TopicIdPartition(Uuid.random(), "faults", 0)
     metadata = segment_metadata(partition, size=len(files.segment))
-    rsm = rsm_for(server[0])
+    # The log's first 5 MiB chunk sent, its source stops 1 MiB into the second until the
+    # server is dead: the resumable upload is certainly under way when it dies.
+    pause = UploadPause(at=6 * MiB)
+    rsm = rsm_for(server[0], PausingGcsRemoteStorageManager(pause))
     try:
         copy = run_in_thread(lambda: rsm.copy_log_segment_data(metadata, files.data))
-        deadline = time.monotonic() + 60
-        while rsm.metrics.snapshot().count("upload_part", "ok") < 2:
-            assert time.monotonic() < deadline, "the copy never got two chunks in"
-            assert not copy.done(), f"the copy ended before the kill: {copy.result()}"
-            time.sleep(0.01)
-        server[0].kill()
+        try:
+            assert pause.paused.wait(DEADLINE_S), f"the copy never read 6 MiB: {copy}"
+            assert not copy.done(), f"the copy ended at the pause: {copy.exception()}"
+            snapshot = rsm.metrics.snapshot()
+            assert snapshot.count("upload", "ok") == 1, "no resumable session at the pause"
+            assert snapshot.count("upload_part", "ok") >= 1, "no chunk sent before the pause"
+            server[0].kill()
+        finally:
+            pause.resume()
         with pytest.raises(RetriableRemoteStorageException):
-            copy.result(60)
+            copy.result(DEADLINE_S)
 
         server[0] = restart(server[0])
         # Nothing partial is read back as a segment: without its manifest there is none.
