@@ -4,7 +4,12 @@ The memory tests count live part buffers directly: ``parts._new_buffer`` is swap
 weak-referenceable ``bytearray`` subclass, and every buffer ever allocated is watched. An
 implementation that keeps one buffer too many (the first part held by the caller, or a slot
 released by the future's done callback while the executor still holds the task's arguments)
-fails them deterministically.
+fails them deterministically. That the pipeline does fill up is not left to timing either: the
+uploads hold their parts until ``parallelism`` buffers were seen alive (``BufferWatch.hold``).
+
+The failure tests order the parts' ends with events and the parts' futures (``Recording``),
+never with sleeps: which failure comes first, and how far the reader got, do not depend on the
+machine's load.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import Any, BinaryIO, TypeVar, cast
 
 import pytest
@@ -27,6 +32,9 @@ from tierlog.storage.objectstore.parts import PartReader as PartReaderDirect
 T = TypeVar("T")
 
 PART = 1000
+
+DEADLINE_S = 60.0
+"""How long a test waits for something that happens at once on an idle machine."""
 
 
 class TrackedBuffer(bytearray):
@@ -41,6 +49,8 @@ class BufferWatch:
     def __init__(self) -> None:
         self._refs: list[weakref.ref[TrackedBuffer]] = []
         self._lock = threading.Lock()
+        self._grew = threading.Condition(self._lock)
+        self._hold_deadline: float | None = None
         self.max_alive = 0
 
     def allocate(self, size: int) -> bytearray:
@@ -58,8 +68,24 @@ class BufferWatch:
     def sample(self) -> int:
         n = self.alive()
         with self._lock:
-            self.max_alive = max(self.max_alive, n)
+            if n > self.max_alive:
+                self.max_alive = n
+                self._grew.notify_all()
         return n
+
+    def hold(self, until_alive: int) -> None:
+        """Wait until ``until_alive`` buffers have been seen alive at once: an upload that calls
+        this keeps its part until the reader has filled the pipeline. Gives up after
+        ``DEADLINE_S`` in all (an implementation that never gets there then fails the test's
+        ``max_alive`` check, once, not after a wait per part)."""
+        with self._lock:
+            if self._hold_deadline is None:
+                self._hold_deadline = time.monotonic() + DEADLINE_S
+            while self.max_alive < until_alive:
+                left = self._hold_deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._grew.wait(left)
 
 
 @pytest.fixture
@@ -119,6 +145,67 @@ class ReadOnlySource:
         return self._stream.read(min(n, self._max_read) if n >= 0 else self._max_read)
 
 
+class Recording(Executor):
+    """A thread pool that keeps the future of every call, in the order of the calls (part
+    ``i``'s is ``future(i)``): a part's upload can wait for another part's task to end, which is
+    after ``upload_parts`` recorded that part's failure.
+
+    With ``settle_after``, the futures handed to ``upload_parts`` complete only once the first
+    ``settle_after`` calls have all ended: it then sees those parts end only after every one of
+    their failures was recorded, whichever it looks at first.
+    """
+
+    def __init__(self, workers: int, settle_after: int = 0) -> None:
+        self._pool = ThreadPoolExecutor(workers)
+        self._futures: list[Future[Any]] = []
+        self._submitted = threading.Condition()
+        self._settle_after = settle_after
+        self._unsettled: list[tuple[Future[Any], Future[Any]]] = []
+        self._ended = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        outer: Future[T] | None = None
+        if self._settle_after:
+            outer = Future()
+            outer.set_running_or_notify_cancel()
+        future = self._pool.submit(fn, *args, **kwargs)
+        with self._submitted:
+            self._futures.append(future)
+            self._submitted.notify_all()
+        if outer is None:
+            return future
+        future.add_done_callback(lambda inner: self._ended_one(inner, outer))
+        return outer
+
+    def _ended_one(self, inner: Future[Any], outer: Future[Any]) -> None:
+        with self._submitted:
+            self._ended += 1
+            self._unsettled.append((inner, outer))
+            if self._ended < self._settle_after:
+                return
+            settle, self._unsettled = self._unsettled, []
+        for done, handed in settle:
+            error = done.exception()
+            if error is not None:
+                handed.set_exception(error)
+            else:
+                handed.set_result(done.result())
+
+    def future(self, index: int) -> Future[Any]:
+        with self._submitted:
+            if not self._submitted.wait_for(lambda: len(self._futures) > index, DEADLINE_S):
+                raise AssertionError(f"part {index} was never submitted")
+            return self._futures[index]
+
+    def wait_ended(self, index: int) -> None:
+        """Wait until part ``index``'s task ended (its failure, if any, recorded)."""
+        done, _ = wait([self.future(index)], timeout=DEADLINE_S)
+        assert done, f"part {index} did not end"
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
 class LingeringExecutor(Executor):
     """Runs each call on a thread pool but keeps its arguments referenced for ``linger``
     seconds after completing its future, as ``ThreadPoolExecutor``'s work items do until their
@@ -155,9 +242,12 @@ def data_of(size: int, seed: int = 0) -> bytes:
 def collect(
     delay: Callable[[int], float] = lambda index: 0.0,
     watch: BufferWatch | None = None,
+    fill: int = 0,
 ) -> tuple[Callable[[int, bytearray], tuple[int, bytes]], list[int]]:
-    """An ``upload_part`` that returns ``(index, bytes)`` after ``delay(index)`` seconds,
-    sampling the live buffers, and the list of indexes in the order their calls started."""
+    """An ``upload_part`` that returns ``(index, bytes)`` after ``delay(index)`` seconds (to
+    finish in a shuffled order; nothing waits on it), sampling the live buffers, and the list of
+    indexes in the order their calls started. With ``fill``, each call first holds its part
+    until ``fill`` buffers were alive at once (``BufferWatch.hold``)."""
     started: list[int] = []
     lock = threading.Lock()
 
@@ -166,6 +256,8 @@ def collect(
             started.append(index)
         if watch is not None:
             watch.sample()
+            if fill:
+                watch.hold(fill)
         time.sleep(delay(index))
         return index, bytes(data)
 
@@ -285,7 +377,7 @@ def test_at_most_parallelism_buffers_are_alive(watch: BufferWatch, parallelism: 
     """Sampled on every read (the buffer being filled counts) and at the start of every
     upload: never more than ``parallelism``, and the pipeline does fill up."""
     data = data_of(20 * PART + 1)
-    upload, _ = collect(lambda i: 0.005, watch)
+    upload, _ = collect(watch=watch, fill=parallelism)
     source = Source(data, max_read=400, watch=watch)
     sent = upload_parts(PartReader(source, PART), upload, parallelism=parallelism)
     assert b"".join(part for _, part in sent.results) == data
@@ -300,7 +392,7 @@ def test_the_first_part_read_ahead_counts_as_one_of_them(watch: BufferWatch) -> 
     source = Source(data, watch=watch)
     reader = PartReader(source, PART)
     assert reader.read_whole() is None
-    upload, _ = collect(lambda i: 0.005, watch)
+    upload, _ = collect(watch=watch, fill=3)
     upload_parts(reader, upload, parallelism=3)
     assert watch.max_alive == 3
     assert watch.alive() == 0
@@ -311,7 +403,7 @@ def test_a_slot_is_freed_only_when_the_task_dropped_its_buffer(watch: BufferWatc
     does, until the worker takes its next work item): the next part is still read only once
     the finished part's buffer is gone."""
     data = data_of(12 * PART)
-    upload, _ = collect(lambda i: 0.002, watch)
+    upload, _ = collect(watch=watch, fill=2)
     executor = LingeringExecutor(workers=8, linger=0.02)
     try:
         sent = upload_parts(
@@ -328,7 +420,7 @@ def test_a_shared_executor_bounds_each_upload_by_its_own_parallelism(
 ) -> None:
     data = data_of(10 * PART)
     with ThreadPoolExecutor(8) as executor:
-        upload, _ = collect(lambda i: 0.003, watch)
+        upload, _ = collect(watch=watch, fill=2)
         sent = upload_parts(
             PartReader(Source(data, watch=watch), PART), upload, parallelism=2, executor=executor
         )
@@ -342,42 +434,56 @@ class PartFailed(Exception):
 
 
 def test_a_failed_part_stops_the_reading_and_its_error_is_raised(watch: BufferWatch) -> None:
+    """A part after the failing part 3 ends only once part 3's task ended (its failure
+    recorded), so the reader cannot get ahead of the failure whatever the scheduling: part 4
+    may be in flight (both slots are then taken), part 5 is never read."""
     data = data_of(100 * PART)
     source = Source(data, watch=watch)
     calls: list[int] = []
     lock = threading.Lock()
+    executor = Recording(workers=2)
 
     def upload(index: int, data: bytearray) -> None:
         with lock:
             calls.append(index)
         if index == 3:
             raise PartFailed(f"part {index}")
-        time.sleep(0.002)
+        if index > 3:
+            executor.wait_ended(3)
 
-    with pytest.raises(PartFailed, match="part 3"):
-        upload_parts(PartReader(source, PART), upload, parallelism=2)
-    # Part 3 failed while at most one other part was in flight and one being read.
-    assert source.position <= 6 * PART, f"read {source.position // PART} parts after a failure"
-    assert max(calls) <= 5
+    try:
+        with pytest.raises(PartFailed, match="part 3"):
+            upload_parts(PartReader(source, PART), upload, parallelism=2, executor=executor)
+    finally:
+        executor.shutdown()
+    assert source.position <= 5 * PART, f"read {source.position // PART} parts after a failure"
+    assert max(calls) <= 4
     assert watch.alive() <= 1  # at most the failed part, held by its traceback
 
 
 def test_the_first_failure_is_raised_not_a_later_one() -> None:
-    second_may_fail = threading.Event()
+    """Part 0 fails only once part 1's task ended, so part 1's failure was recorded first; and
+    ``upload_parts`` sees neither part end before both failures were recorded. The error raised
+    is part 1's, though part 0 comes first in part order and failed last."""
+    executor = Recording(workers=2, settle_after=2)
 
     def upload(index: int, data: bytearray) -> None:
         if index == 1:
-            try:
-                raise PartFailed("first failure (part 1)")
-            finally:
-                second_may_fail.set()
+            raise PartFailed("first failure (part 1)")
         if index == 0:
-            second_may_fail.wait(5)
-            time.sleep(0.01)
+            executor.wait_ended(1)
             raise PartFailed("second failure (part 0)")
 
-    with pytest.raises(PartFailed, match="first failure"):
-        upload_parts(PartReader(io.BytesIO(data_of(5 * PART)), PART), upload, parallelism=2)
+    try:
+        with pytest.raises(PartFailed, match="first failure"):
+            upload_parts(
+                PartReader(io.BytesIO(data_of(5 * PART)), PART),
+                upload,
+                parallelism=2,
+                executor=executor,
+            )
+    finally:
+        executor.shutdown()
 
 
 def test_parts_not_started_are_cancelled_and_running_ones_waited_for(
@@ -399,7 +505,8 @@ def test_parts_not_started_are_cancelled_and_running_ones_waited_for(
             running += 1
         try:
             if index == 0:
-                release.wait(5)  # until the reader has queued parts 1 and 2 behind us
+                # Until the reader has queued parts 1 and 2 behind us.
+                assert release.wait(DEADLINE_S), "parts 1 and 2 were never read"
                 raise PartFailed("part 0")
             time.sleep(0.01)
         finally:
@@ -427,17 +534,37 @@ def test_parts_not_started_are_cancelled_and_running_ones_waited_for(
     assert watch.alive() <= 1  # part 0's, held by the traceback of its error
 
 
-def test_a_read_failure_is_raised_after_the_parts_in_flight_ended() -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["own-pool", "shared-executor"])
+def test_a_read_failure_is_raised_after_the_parts_in_flight_ended(shared: bool) -> None:
+    """The read of part 2 fails once parts 0 and 1 are uploading (not merely queued, which
+    would be cancelled); each upload takes a little time (work, not synchronisation) so that
+    returning without waiting for them would find them unfinished. A shared executor is not
+    shut down by ``upload_parts``: only its own wait stands between the error and the return."""
     data = data_of(10 * PART)
     finished: list[int] = []
+    uploading = threading.Semaphore(0)
 
     def upload(index: int, data: bytearray) -> None:
+        uploading.release()
         time.sleep(0.03)
         finished.append(index)
 
-    with pytest.raises(OSError, match="injected read failure"):
-        upload_parts(PartReader(Source(data, fail_at=2 * PART), PART), upload, parallelism=4)
-    assert sorted(finished) == [0, 1], "upload_parts returned with parts still in flight"
+    class FailingOnceUploading(Source):
+        def readinto(self, buffer: Any) -> int:
+            if self.position >= 2 * PART:
+                for _ in range(2):
+                    assert uploading.acquire(timeout=DEADLINE_S), "parts 0 and 1 never started"
+            return super().readinto(buffer)
+
+    source = FailingOnceUploading(data, fail_at=2 * PART)
+    executor = ThreadPoolExecutor(4) if shared else None
+    try:
+        with pytest.raises(OSError, match="injected read failure"):
+            upload_parts(PartReader(source, PART), upload, parallelism=4, executor=executor)
+        assert sorted(finished) == [0, 1], "upload_parts returned with parts still in flight"
+    finally:
+        if executor is not None:
+            executor.shutdown()
 
 
 def test_a_part_beyond_max_parts_raises_the_callers_error() -> None:
