@@ -11,9 +11,11 @@ Azure is durable, the emulator is not.
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 import pytest
 from services._common import Service
@@ -26,7 +28,13 @@ from tierlog.spi import (
     TopicIdPartition,
     Uuid,
 )
-from tierlog.storage.objectstore.backend import Operation, Outcome, UploadSettings
+from tierlog.storage.objectstore.backend import (
+    ObjectStoreBackend,
+    Operation,
+    Outcome,
+    RequestObserver,
+    UploadSettings,
+)
 
 from azure_helpers import (
     CONTAINER,
@@ -38,6 +46,11 @@ from azure_helpers import (
     require_azurite,
 )
 from tierlog_rsm_azure import AzureBackend, AzureConfig, AzureRemoteStorageManager
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+DEADLINE_S = 120
 
 
 class Restartable:
@@ -105,8 +118,13 @@ def test_kill_mid_staged_upload(server: Restartable, key_prefix: str) -> None:
     assert hashlib.sha256(read_blob(server.service, key)).digest() == source.sha256.digest()
 
 
-def _rsm(service: Service, key_prefix: str, **extra: str) -> AzureRemoteStorageManager:
-    rsm = AzureRemoteStorageManager()
+def _rsm(
+    service: Service,
+    key_prefix: str,
+    rsm: AzureRemoteStorageManager | None = None,
+    **extra: str,
+) -> AzureRemoteStorageManager:
+    rsm = rsm or AzureRemoteStorageManager()
     rsm.configure(
         azure_configs(
             service, **{"key.prefix": key_prefix, "upload.part.size": str(5 * MiB), **extra}
@@ -115,10 +133,99 @@ def _rsm(service: Service, key_prefix: str, **extra: str) -> AzureRemoteStorageM
     return rsm
 
 
-def _after(seconds: float, action: Callable[[], None]) -> threading.Timer:
-    timer = threading.Timer(seconds, action)
-    timer.start()
-    return timer
+class UploadPause:
+    """Stops the first upload whose source passes ``at`` bytes right there, until ``resume``:
+    the test kills the server while an upload is provably under way, instead of slowing the
+    upload down and guessing when it is half-way (the ``s3`` plugin's fault test does the
+    same). ``staged`` is set once a block of it is staged."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.paused = threading.Event()
+        self.staged = threading.Event()
+        self._resumed = threading.Event()
+        self._armed = True
+        self._lock = threading.Lock()
+
+    def wrap(self, source: BinaryIO) -> BinaryIO:
+        """``source`` itself once the pause was used, else ``source`` pausing at ``at``."""
+        with self._lock:
+            armed, self._armed = self._armed, False
+        return io.BufferedReader(_PausingSource(source, self)) if armed else source
+
+    def wait_resumed(self) -> None:
+        self.paused.set()
+        if not self._resumed.wait(DEADLINE_S):
+            raise TimeoutError("the test never resumed the paused upload")
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+
+class _PausingSource(io.RawIOBase):
+    def __init__(self, source: BinaryIO, pause: UploadPause) -> None:
+        super().__init__()
+        self._source = source
+        self._pause = pause
+        self._before_pause: int | None = pause.at
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._before_pause == 0:
+            self._before_pause = None
+            self._pause.wait_resumed()
+        want = len(view) if self._before_pause is None else min(len(view), self._before_pause)
+        data = self._source.read(want)
+        view[: len(data)] = data
+        if self._before_pause is not None:
+            self._before_pause -= len(data)
+        return len(data)
+
+
+class _PausingBackend(AzureBackend):
+    def __init__(
+        self,
+        settings: AzureConfig,
+        upload: UploadSettings,
+        observer: RequestObserver,
+        pause: UploadPause,
+    ) -> None:
+        def observed(
+            operation: Operation,
+            *,
+            outcome: Outcome,
+            bytes_sent: int = 0,
+            bytes_received: int = 0,
+        ) -> None:
+            observer(
+                operation, outcome=outcome, bytes_sent=bytes_sent, bytes_received=bytes_received
+            )
+            if operation == "upload_part" and outcome == "ok":
+                pause.staged.set()
+
+        super().__init__(settings, upload, observed)
+        self._pause = pause
+
+    def upload(self, key: str, source: BinaryIO, size: int | None) -> None:
+        super().upload(key, self._pause.wrap(source), size)
+
+
+class PausingAzureRemoteStorageManager(AzureRemoteStorageManager):
+    """The ``azure`` RSM whose backend pauses its first upload (``UploadPause``)."""
+
+    def __init__(self, pause: UploadPause) -> None:
+        super().__init__()
+        self._pause = pause
+
+    def create_backend(
+        self, configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
+    ) -> ObjectStoreBackend:
+        return _PausingBackend(
+            AzureConfig.from_configs(configs, upload), upload, observer, self._pause
+        )
 
 
 def test_kill_mid_copy_then_retry(server: Restartable, tmp_path: Path, key_prefix: str) -> None:
@@ -128,13 +235,33 @@ def test_kill_mid_copy_then_retry(server: Restartable, tmp_path: Path, key_prefi
     size = 12 * MiB
     files = factory.create(size=size)
     metadata = segment_metadata(TopicIdPartition(Uuid.random(), "orders", 0), size=size)
-    # 4 MiB/s: the copy takes about 3 s, so a kill after 1 s lands mid-upload.
-    rsm = _rsm(server.service, key_prefix, **{"upload.rate.limit.bytes.per.second": str(4 * MiB)})
-    try:
-        timer = _after(1.0, server.service.kill)
-        with pytest.raises(RetriableRemoteStorageException):
+    # The log's first 5 MiB block read (and staged), its source stops 1 MiB into the second
+    # until the server is dead: the upload is certainly under way when it dies.
+    pause = UploadPause(at=6 * MiB)
+    rsm = _rsm(server.service, key_prefix, PausingAzureRemoteStorageManager(pause))
+    failure: list[BaseException] = []
+
+    def copy() -> None:
+        try:
             rsm.copy_log_segment_data(metadata, files.data)
-        timer.join()
+        except BaseException as error:  # examined by the test thread
+            failure.append(error)
+
+    thread = threading.Thread(target=copy)
+    try:
+        thread.start()
+        try:
+            assert pause.paused.wait(DEADLINE_S), f"the copy never read 6 MiB: {failure}"
+            assert pause.staged.wait(DEADLINE_S), "the first block was never staged"
+            assert thread.is_alive(), f"the copy ended at the pause: {failure}"
+            server.service.kill()
+        finally:
+            pause.resume()
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive(), "the copy did not end after the server was killed"
+        assert failure, "the copy succeeded although the server was killed in the middle of it"
+        assert isinstance(failure[0], RetriableRemoteStorageException), repr(failure[0])
+
         server.restart()
         with pytest.raises(RemoteResourceNotFoundException):
             rsm.fetch_log_segment(metadata, 0)
