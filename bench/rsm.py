@@ -742,7 +742,8 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         ax.set_xticks(x, ticks, fontsize=8)
         ax.set_ylabel("MB/s")
         ax.set_title(f"{title}, {results['size_mib']} MiB segment\n(ratio; goal >= {goal})")
-        ax.legend(fontsize=7)
+        ax.set_ylim(0, max(max(values) for _, values, _ in series) * 1.4)  # room for the legend
+        ax.legend(fontsize=7, loc="upper left")
 
     compare(axes[0], "upload", "Upload", GOAL_UPLOAD_RATIO)
     compare(axes[1], "fetch", "Fetch whole segment", GOAL_FETCH_RATIO)
@@ -768,7 +769,8 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     ax.set_xticks(x, names)
     ax.set_ylabel("MiB")
     ax.set_title("Peak Python memory during upload")
-    ax.legend(fontsize=7)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.4)  # room for the legend
+    ax.legend(fontsize=7, loc="upper left")
     ax = axes[3]
     w = 0.38
     cold = [per[n]["gets"]["cold"]["gets_per_fetch"] for n in names]
