@@ -37,6 +37,9 @@ TIERED_SMALL = {
 }
 """Segments of a few batches, deleted locally as soon as they are copied."""
 
+DEADLINE_S = 60.0
+"""How long a test waits for something that takes a second or two on an idle machine."""
+
 
 def tierlog(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -72,7 +75,7 @@ class Served:
                 stdout=out,
                 stderr=err,
             )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + DEADLINE_S
         while not self.ready.exists():
             if self.proc.poll() is not None:
                 pytest.fail(f"tierlog serve exited with {self.proc.returncode}: {self.stderr()}")
@@ -88,15 +91,16 @@ class Served:
     def stdout(self) -> str:
         return self.stdout_path.read_text()
 
-    def stop(self, sig: signal.Signals) -> tuple[int, float]:
-        started = time.monotonic()
+    def stop(self, sig: signal.Signals) -> int:
+        """Send ``sig`` and return the exit code; a shutdown that hangs (no exit within the
+        generous ``DEADLINE_S``) fails the test, whose output then shows how far it got."""
         self.proc.send_signal(sig)
         try:
-            code = self.proc.wait(timeout=15)
+            return self.proc.wait(timeout=DEADLINE_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            raise
-        return code, time.monotonic() - started
+            self.proc.wait()
+            pytest.fail(f"tierlog serve did not exit on {sig.name}: {self.stderr()}")
 
 
 def write_config(tmp_path: Path, **extra: str) -> Path:
@@ -117,7 +121,7 @@ def test_serve_produce_consume_stop_and_restart(tmp_path: Path) -> None:
     config = write_config(tmp_path, **{"tierlog.log.format": "json"})
     served = Served(tmp_path, config, "first", "--progress-interval", "0.2")
     try:
-        client = TierlogClient(served.url)
+        client = TierlogClient(served.url, timeout=DEADLINE_S)
         client.create_topic("events", 1, TIERED_SMALL)
         lines = [f"line-{i:02d}" for i in range(30)]
         # Three requests, three batches: enough for several segments to tier.
@@ -138,19 +142,25 @@ def test_serve_produce_consume_stop_and_restart(tmp_path: Path) -> None:
         assert consumed.returncode == 0, consumed.stderr
         assert consumed.stdout.splitlines() == lines
 
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + DEADLINE_S
         while '"message": "progress: events: leo=30' not in served.stderr():
             assert time.monotonic() < deadline, served.stderr()
             time.sleep(0.1)
     finally:
-        code, took = served.stop(signal.SIGTERM)
+        code = served.stop(signal.SIGTERM)  # fails the test if the shutdown hangs
     assert code == 0, served.stderr()
-    assert took < 5
     assert served.stdout().splitlines()[0] == f"Listening on {served.url}"
     log_lines = [json.loads(line) for line in served.stderr().splitlines()]
     messages = [entry["message"] for entry in log_lines]
     assert f"Listening on {served.url} (metrics at {served.url}/metrics)" in messages
-    assert "Stopping on SIGTERM" in messages and messages[-1] == "Stopped"
+    # The shutdown's steps, in order: the signal acted on, the API closed with no request
+    # left waiting, the node closed, then the process's last line.
+    stopping = messages.index("Stopping on SIGTERM")
+    api_stopped = messages.index("HTTP API stopped")
+    node_stopped = messages.index("Node 0 stopped")
+    assert stopping < api_stopped < node_stopped < len(messages) - 1
+    assert messages[-1] == "Stopped"
+    assert not [m for m in messages if "requests in progress" in m]
     checkpoint = read_offsets_checkpoint(tmp_path / "data" / "events-0")
     assert checkpoint is not None and checkpoint.clean_shutdown
 
@@ -160,7 +170,7 @@ def test_serve_produce_consume_stop_and_restart(tmp_path: Path) -> None:
         assert consumed.returncode == 0, consumed.stderr
         assert consumed.stdout.splitlines() == lines
     finally:
-        code, _ = again.stop(signal.SIGINT)
+        code = again.stop(signal.SIGINT)
     assert code == 0, again.stderr()
     assert "progress:" not in again.stderr()
 
@@ -461,7 +471,7 @@ def test_a_second_serve_on_the_same_log_dirs_is_refused(tmp_path: Path) -> None:
         )
         TierlogClient(first.url).create_topic("still-served")
     finally:
-        code, _ = first.stop(signal.SIGTERM)
+        code = first.stop(signal.SIGTERM)
     assert code == 0, first.stderr()
     again = Served(tmp_path, config, "again", "--progress-interval", "0")  # released on exit
     try:
