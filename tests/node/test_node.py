@@ -32,6 +32,7 @@ from tierlog.log.reader import iter_batches_with_records
 from tierlog.log.record import Record
 from tierlog.node import LogDirError, Node, NodeConfig, ProducerRecord, UnknownTopicError
 from tierlog.node.node import REMOTE_STORAGE_DIR, TOPICS_FILE, decode_fetched
+from tierlog.rlm.scheduler import ScheduledTask
 from tierlog.spi import (
     ConfigError,
     IllegalStateError,
@@ -127,6 +128,10 @@ def finished_segments(node: Node, topic: str, partition: int = 0) -> list[Remote
 def assert_no_overlap(segments: list[RemoteLogSegmentMetadata]) -> None:
     for a, b in itertools.pairwise(segments):
         assert a.end_offset < b.start_offset, f"{a} overlaps {b}"
+
+
+DEADLINE_S = 60.0
+"""How long a test waits for something that happens within a second on an idle machine."""
 
 
 def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
@@ -742,7 +747,7 @@ def test_background_tasks_tier_and_cut_the_local_log(tmp_path: Path) -> None:
             cut = s.local_log_start_offset > 0 and s.local_segments <= 2
             return cut and s.copy_lag_segments == 0
 
-        wait_for(tiered, 30, "the periodic tasks to tier and cut the local log")
+        wait_for(tiered, DEADLINE_S, "the periodic tasks to tier and cut the local log")
         segments = finished_segments(node, "t")
         assert_no_overlap(segments)
         assert segments[0].start_offset == 0
@@ -767,25 +772,46 @@ def test_remote_fetch_is_shed_when_the_fetch_quota_is_exhausted(tmp_path: Path) 
         assert local.records and not local.throttled
 
 
-def test_tier_now_does_not_race_the_periodic_copy(tmp_path: Path) -> None:
+def test_tier_now_does_not_race_the_periodic_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``tier_now`` while the scheduled copy task is in the middle of a copy: each segment is
-    still uploaded once (two copy runs at once would upload the same segment twice)."""
+    still uploaded once (two copy runs at once would upload the same segment twice).
+
+    The copy in flight is held until ``tier_now`` waits for the copy task's runs, so
+    ``tier_now`` is called, triggers and starts waiting while that copy is in progress,
+    whatever the machine's load; it must then wait for the run after it."""
     gate = GatedStorage.create(tmp_path)
     props = node_props(tmp_path)
     props["remote.log.manager.task.interval.ms"] = "100"
+    wait_runs = ScheduledTask.wait_runs
+    periodic: ScheduledTask | None = None
+
+    def release_then_wait_runs(
+        task: ScheduledTask, count: int, timeout: float | None = None
+    ) -> bool:
+        if task is periodic:
+            gate.release.set()  # tier_now waits: let the copy in flight end
+        return wait_runs(task, count, timeout)
+
+    monkeypatch.setattr(ScheduledTask, "wait_runs", release_then_wait_runs)
     try:
         with Node(props, rsm=gate) as node:
             node.create_topic("t", configs=TIERED)
             produce_values(node, "t", 100)
-            assert gate.entered.wait(10), "the periodic copy never started"
-            threading.Timer(0.5, gate.release.set).start()
+            assert gate.entered.wait(DEADLINE_S), "the periodic copy never started"
             assert node.rlm is not None
             tp = node.rlm.topic_id_partition(node.log("t", 0).topic_partition)
             (periodic,) = [t.scheduled for t in node.rlm.tasks(tp) if t.kind == "copy task"]
-            assert periodic is not None
+            assert periodic is not None and periodic.running
+            runs_before = periodic.runs  # the run in flight is held: it cannot end meanwhile
             node.tier_now()
-            assert gate.release.is_set()  # tier_now waited for the copy in flight
-            wait_for(lambda: not periodic.running, 10, "the periodic copy run to end")
+            assert gate.release.is_set(), "tier_now returned without waiting for the copy task"
+            # The run in flight, then one that started after tier_now was called: it copied
+            # every segment there is to copy.
+            assert periodic.runs >= runs_before + 2
+            assert node.status("t")[0].copy_lag_segments == 0
+            wait_for(lambda: not periodic.running, DEADLINE_S, "the periodic copy run to end")
             segments = finished_segments(node, "t")
             local_start = node.log("t", 0).local_log_start_offset
             assert segments and segments[-1].end_offset == local_start - 1
@@ -796,7 +822,7 @@ def test_tier_now_does_not_race_the_periodic_copy(tmp_path: Path) -> None:
 
 
 class GatedStorage(LocalTieredStorage):
-    """The ``local`` RSM whose first copy waits (at most 10 s) until ``release`` is set, so a
+    """The ``local`` RSM whose first copy waits (at most 60 s) until ``release`` is set, so a
     test can act while a copy is in flight."""
 
     def __init__(self) -> None:
@@ -821,11 +847,34 @@ class GatedStorage(LocalTieredStorage):
             first, self._first = self._first, False
         if first:
             self.entered.set()
-            self.release.wait(10)
+            self.release.wait(DEADLINE_S)
         return super().copy_log_segment_data(remote_log_segment_metadata, log_segment_data)
 
 
+class ReleasingLock:
+    """Wraps a task's run lock: an acquire that finds the lock taken calls ``on_contended``
+    (which lets the run holding it go on) before waiting for it."""
+
+    def __init__(self, lock: Any, on_contended: Any) -> None:
+        self.lock = lock
+        self.on_contended = on_contended
+        self.contended = False
+
+    def __enter__(self) -> ReleasingLock:
+        if not self.lock.acquire(blocking=False):
+            self.contended = True
+            self.on_contended()
+            self.lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
 def test_rlm_run_once_during_a_periodic_copy_uploads_each_segment_once(tmp_path: Path) -> None:
+    """``run_once`` on the caller's thread while the scheduled copy run is in flight: it waits
+    for that run (the copy task's run lock) instead of copying the same segments at once. The
+    copy in flight is held until ``run_once`` has found the run lock taken, whatever the load."""
     gate = GatedStorage.create(tmp_path)
     props = node_props(tmp_path)
     props["remote.log.manager.task.interval.ms"] = "100"
@@ -833,15 +882,19 @@ def test_rlm_run_once_during_a_periodic_copy_uploads_each_segment_once(tmp_path:
         with Node(props, rsm=gate) as node:
             node.create_topic("t", configs=TIERED)
             produce_values(node, "t", 100)
-            assert gate.entered.wait(10), "the periodic copy never started"
-            threading.Timer(0.5, gate.release.set).start()
+            assert gate.entered.wait(DEADLINE_S), "the periodic copy never started"
             assert node.rlm is not None
             tp = node.rlm.topic_id_partition(node.log("t", 0).topic_partition)
-            (periodic,) = [t.scheduled for t in node.rlm.tasks(tp) if t.kind == "copy task"]
-            assert periodic is not None
+            (copy_task,) = [t for t in node.rlm.tasks(tp) if t.kind == "copy task"]
+            periodic = copy_task.scheduled
+            assert periodic is not None and periodic.running
+            # The run in flight entered the original lock: it releases that one when it ends.
+            run_lock = ReleasingLock(copy_task._run_lock, gate.release.set)
+            copy_task._run_lock = run_lock  # type: ignore[assignment]
             node.rlm.run_once(tp)
-            assert gate.release.wait(10)
-            wait_for(lambda: not periodic.running, 10, "the periodic copy run to end")
+            assert run_lock.contended, "run_once did not find the periodic run in progress"
+            assert gate.release.is_set()
+            wait_for(lambda: not periodic.running, DEADLINE_S, "the periodic copy run to end")
             assert_no_overlap(finished_segments(node, "t"))
     finally:
         gate.release.set()
