@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from tierlog.metadata.cache import RemoteLogMetadataCache
 from tierlog.metadata.store import RemotePartitionMetadataStore
 from tierlog.spi import (
     IllegalStateError,
@@ -112,13 +113,32 @@ def test_loading_partition_is_not_ready_after_a_short_wait() -> None:
     assert store.remote_log_size(TP0, 0) == SEG_SIZE
 
 
-def test_read_waits_for_an_initialization_in_progress() -> None:
-    store = RemotePartitionMetadataStore(not_ready_wait_s=5)
+def test_read_waits_for_an_initialization_in_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The partition is marked initialized once the read waits for it (not after a delay that
+    a loaded machine could stretch past the read or past its wait): the read is served."""
+    store = RemotePartitionMetadataStore(not_ready_wait_s=60)
     store.maybe_load_partition(TP0)
-    timer = threading.Timer(0.05, store.mark_initialized, args=(TP0,))
-    timer.start()
-    assert list(store.list_remote_log_segments(TP0)) == []
-    timer.join()
+    waiting = threading.Event()
+    await_initialized = RemoteLogMetadataCache.await_initialized
+
+    def signalling(cache: RemoteLogMetadataCache, timeout: float | None = None) -> bool:
+        waiting.set()
+        return await_initialized(cache, timeout)
+
+    monkeypatch.setattr(RemoteLogMetadataCache, "await_initialized", signalling)
+
+    def initialize() -> None:
+        if waiting.wait(60):
+            store.mark_initialized(TP0)
+
+    initializer = threading.Thread(target=initialize, daemon=True)
+    initializer.start()
+    try:
+        assert list(store.list_remote_log_segments(TP0)) == []
+        assert waiting.is_set()  # the read did wait
+    finally:
+        waiting.set()
+        initializer.join(60)
 
 
 def test_maybe_load_partition_keeps_an_existing_cache(store: RemotePartitionMetadataStore) -> None:
