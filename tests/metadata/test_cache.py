@@ -204,20 +204,37 @@ def test_adding_a_known_segment_again(cache: RemoteLogMetadataCache) -> None:
     assert list(cache.list_remote_log_segments(0)) == [finished]
 
 
+class SignallingEvent(threading.Event):
+    """An event that tells when a thread starts waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
 def test_await_initialized() -> None:
+    """A waiter already waiting is woken by ``mark_initialized`` (it is marked once the waiter
+    waits, not whenever the main thread gets there first)."""
     cache = RemoteLogMetadataCache(TIP)
     assert not cache.is_initialized()
     assert not cache.await_initialized(0.01)
+    event = SignallingEvent()
+    cache._initialized = event
     seen = threading.Event()
 
     def waiter() -> None:
-        if cache.await_initialized(5):
+        if cache.await_initialized(60):
             seen.set()
 
-    thread = threading.Thread(target=waiter)
+    thread = threading.Thread(target=waiter, daemon=True)
     thread.start()
+    assert event.waiting.wait(60)
     cache.mark_initialized()
-    thread.join(5)
+    thread.join(60)
     assert seen.is_set()
     assert cache.is_initialized()
 
