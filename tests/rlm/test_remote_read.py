@@ -1034,6 +1034,19 @@ def test_retriable_errors_propagate_and_reads_are_recorded(env: Env) -> None:
 
 
 # The reader pool -------------------------------------------------------------------------------
+DEADLINE_S = 60.0
+"""How long a pool test waits for something that happens at once on an idle machine."""
+
+
+def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    """Poll ``predicate`` (a pool counter or a future's state, which have nothing to wait on)
+    until it holds; fail after ``DEADLINE_S``."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.001)
+
+
 class Gate:
     """Wraps the real reader: each read waits until the gate opens (a busy remote store)."""
 
@@ -1044,7 +1057,7 @@ class Gate:
 
     def __call__(self, fetch_info: RemoteStorageFetchInfo) -> FetchDataInfo:
         self.started.release()
-        assert self.open.wait(10)
+        assert self.open.wait(DEADLINE_S)
         return self.reader.read(fetch_info)
 
 
@@ -1056,7 +1069,7 @@ def test_pool_rejects_when_full_and_serves_what_it_accepted(env: Env) -> None:
         assert pool.idle_percent == 1.0 and pool.queue_size == 0
         running = [pool.submit(fetch), pool.submit(fetch)]
         for _ in running:
-            assert gate.started.acquire(timeout=10)
+            assert gate.started.acquire(timeout=DEADLINE_S)
         queued = pool.submit(fetch)
         assert (pool.active_count, pool.queue_size, pool.idle_percent) == (2, 1, 0.0)
         with pytest.raises(RemoteReadRejectedError, match="pool is full") as err:
@@ -1065,16 +1078,14 @@ def test_pool_rejects_when_full_and_serves_what_it_accepted(env: Env) -> None:
         assert pool.rejected_count == 1
         gate.open.set()
         for future in [*running, queued]:
-            assert future.result(timeout=10) == expected
-        deadline = time.monotonic() + 10
-        while pool.completed_count < 3 and time.monotonic() < deadline:
-            time.sleep(0.001)
+            assert future.result(timeout=DEADLINE_S) == expected
+        wait_until(lambda: pool.completed_count == 3, "the three reads to be counted")
         assert (pool.completed_count, pool.idle_percent, pool.queue_size) == (3, 1.0, 0)
         # Room again; errors travel in the future.
         failed = pool.submit(RemoteStorageFetchInfo(500, True, TIP, 10_000))
-        assert isinstance(failed.exception(timeout=10), OffsetOutOfRangeError)
+        assert isinstance(failed.exception(timeout=DEADLINE_S), OffsetOutOfRangeError)
         listed = pool.submit_task(lambda: find_env_offset(env))
-        assert listed.result(timeout=10) == TimestampAndOffset(ts(5), 5, 0)
+        assert listed.result(timeout=DEADLINE_S) == TimestampAndOffset(ts(5), 5, 0)
 
 
 def find_env_offset(env: Env) -> TimestampAndOffset | None:
@@ -1086,20 +1097,17 @@ def test_pool_close_cancels_queued_reads_and_refuses_new_ones(env: Env) -> None:
     fetch = RemoteStorageFetchInfo(500, True, TIP, 4)
     pool = RemoteReaderPool(gate, threads=1, max_pending_tasks=5)
     running = pool.submit(fetch)
-    assert gate.started.acquire(timeout=10)
+    assert gate.started.acquire(timeout=DEADLINE_S)
     queued = pool.submit(fetch)
     closer = threading.Thread(target=pool.close)
     closer.start()
-    deadline = time.monotonic() + 10
-    while not queued.cancelled() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert queued.cancelled()
+    wait_until(queued.cancelled, "close() to cancel the queued read")
     with pytest.raises(IllegalStateError):
         pool.submit(fetch)
     gate.open.set()
-    closer.join(10)
+    closer.join(DEADLINE_S)
     assert not closer.is_alive()
-    assert running.result(timeout=10).records  # the running read finished
+    assert running.result(timeout=DEADLINE_S).records  # the running read finished
     with pytest.raises(CancelledError):
         queued.result()
     pool.close()  # idempotent
@@ -1114,4 +1122,4 @@ def test_concurrent_reads_through_the_pool_are_all_right(env: Env) -> None:
     with RemoteReaderPool(env.reader, threads=4, max_pending_tasks=100) as pool:
         futures = {o: pool.submit(RemoteStorageFetchInfo(300, True, TIP, o)) for o in range(36)}
         for offset, future in futures.items():
-            assert future.result(timeout=30) == expected[offset]
+            assert future.result(timeout=DEADLINE_S) == expected[offset]
