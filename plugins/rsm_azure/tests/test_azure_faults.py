@@ -11,7 +11,6 @@ Azure is durable, the emulator is not.
 from __future__ import annotations
 
 import hashlib
-import io
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from services._common import Service
 from services.azurite import create_container, start_azurite
 from tierlog.conformance.backend_suite import StreamSource
+from tierlog.conformance.faults import UploadPause as BasePause
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream, segment_metadata
 from tierlog.spi import (
     RemoteResourceNotFoundException,
@@ -48,7 +48,7 @@ from azure_helpers import (
 from tierlog_rsm_azure import AzureBackend, AzureConfig, AzureRemoteStorageManager
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+    pass
 
 DEADLINE_S = 120
 
@@ -133,56 +133,13 @@ def _rsm(
     return rsm
 
 
-class UploadPause:
-    """Stops the first upload whose source passes ``at`` bytes right there, until ``resume``:
-    the test kills the server while an upload is provably under way, instead of slowing the
-    upload down and guessing when it is half-way (the ``s3`` plugin's fault test does the
-    same). ``staged`` is set once a block of it is staged."""
+class UploadPause(BasePause):
+    """``tierlog.conformance.faults.UploadPause`` plus ``staged``, set once a block of the
+    paused upload is staged."""
 
     def __init__(self, at: int) -> None:
-        self.at = at
-        self.paused = threading.Event()
+        super().__init__(at, resume_timeout_s=DEADLINE_S)
         self.staged = threading.Event()
-        self._resumed = threading.Event()
-        self._armed = True
-        self._lock = threading.Lock()
-
-    def wrap(self, source: BinaryIO) -> BinaryIO:
-        """``source`` itself once the pause was used, else ``source`` pausing at ``at``."""
-        with self._lock:
-            armed, self._armed = self._armed, False
-        return io.BufferedReader(_PausingSource(source, self)) if armed else source
-
-    def wait_resumed(self) -> None:
-        self.paused.set()
-        if not self._resumed.wait(DEADLINE_S):
-            raise TimeoutError("the test never resumed the paused upload")
-
-    def resume(self) -> None:
-        self._resumed.set()
-
-
-class _PausingSource(io.RawIOBase):
-    def __init__(self, source: BinaryIO, pause: UploadPause) -> None:
-        super().__init__()
-        self._source = source
-        self._pause = pause
-        self._before_pause: int | None = pause.at
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._before_pause == 0:
-            self._before_pause = None
-            self._pause.wait_resumed()
-        want = len(view) if self._before_pause is None else min(len(view), self._before_pause)
-        data = self._source.read(want)
-        view[: len(data)] = data
-        if self._before_pause is not None:
-            self._before_pause -= len(data)
-        return len(data)
 
 
 class _PausingBackend(AzureBackend):

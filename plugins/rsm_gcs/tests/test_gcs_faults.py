@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from google.api_core.retry import retry_base, retry_unary
 from services._common import Service
 from services.fake_gcs import start_fake_gcs
+from tierlog.conformance.faults import UploadPause
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream, segment_metadata
 from tierlog.spi import (
     RemoteResourceNotFoundException,
@@ -42,63 +42,12 @@ from gcs_test_helpers import gcs_configs, list_bucket
 from tierlog_rsm_gcs import GcsBackend, GcsConfig, GcsRemoteStorageManager
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+    pass
 
 MiB = 1 << 20
 CHUNK = MiB
 DEADLINE_S = 120
 T = TypeVar("T")
-
-
-class UploadPause:
-    """Stops the first upload whose source passes ``at`` bytes right there, until ``resume``:
-    the test kills the server while an upload is provably in the middle of its chunks, instead
-    of guessing when it is half-way (as the ``s3`` plugin's fault test does)."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-        self.paused = threading.Event()
-        self._resumed = threading.Event()
-        self._armed = True
-        self._lock = threading.Lock()
-
-    def wrap(self, source: BinaryIO) -> BinaryIO:
-        """``source`` itself once the pause was used, else a non-seekable ``source`` pausing
-        at ``at``."""
-        with self._lock:
-            armed, self._armed = self._armed, False
-        return io.BufferedReader(_PausingSource(source, self)) if armed else source
-
-    def wait_resumed(self) -> None:
-        self.paused.set()
-        if not self._resumed.wait(DEADLINE_S):
-            raise TimeoutError("the test never resumed the paused upload")
-
-    def resume(self) -> None:
-        self._resumed.set()
-
-
-class _PausingSource(io.RawIOBase):
-    def __init__(self, source: BinaryIO, pause: UploadPause) -> None:
-        super().__init__()
-        self._source = source
-        self._pause = pause
-        self._before_pause: int | None = pause.at
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._before_pause == 0:
-            self._before_pause = None
-            self._pause.wait_resumed()
-        want = len(view) if self._before_pause is None else min(len(view), self._before_pause)
-        data = self._source.read(want)
-        view[: len(data)] = data
-        if self._before_pause is not None:
-            self._before_pause -= len(data)
-        return len(data)
 
 
 class PausingGcsBackend(GcsBackend):

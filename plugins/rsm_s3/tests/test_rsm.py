@@ -3,7 +3,6 @@ surviving a server that dies mid-upload or mid-fetch, and uploading with bounded
 
 from __future__ import annotations
 
-import io
 import threading
 import tracemalloc
 from collections.abc import Callable, Iterator, Mapping
@@ -16,6 +15,7 @@ from services._common import Service
 from services.seaweedfs import create_bucket, s3_client
 from tierlog_rsm_s3 import S3Backend, S3Config, S3RemoteStorageManager
 
+from tierlog.conformance.faults import UploadPause
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream, segment_metadata
 from tierlog.spi import (
     RemoteResourceNotFoundException,
@@ -27,8 +27,6 @@ from tierlog.spi import (
 from tierlog.spi.plugins import get_registry
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
-
     from tierlog.spi import RemoteLogSegmentMetadata
     from tierlog.storage.objectstore.backend import (
         ObjectStoreBackend,
@@ -129,56 +127,6 @@ def test_requests_reach_the_rsm_metrics(
 
 
 # Faults -------------------------------------------------------------------------------------
-class UploadPause:
-    """Stops the first upload whose source passes ``at`` bytes right there, until ``resume``:
-    a test acts on the server (kills it) at a known point of an upload, instead of slowing the
-    upload down and guessing when it is half-way."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-        self.paused = threading.Event()
-        self._resumed = threading.Event()
-        self._armed = True
-        self._lock = threading.Lock()
-
-    def wrap(self, source: BinaryIO) -> BinaryIO:
-        """``source`` itself once the pause was used, else ``source`` pausing at ``at``."""
-        with self._lock:
-            armed, self._armed = self._armed, False
-        return io.BufferedReader(_PausingSource(source, self)) if armed else source
-
-    def wait_resumed(self) -> None:
-        self.paused.set()
-        if not self._resumed.wait(DEADLINE_S):
-            raise TimeoutError("the test never resumed the paused upload")
-
-    def resume(self) -> None:
-        self._resumed.set()
-
-
-class _PausingSource(io.RawIOBase):
-    def __init__(self, source: BinaryIO, pause: UploadPause) -> None:
-        super().__init__()
-        self._source = source
-        self._pause = pause
-        self._before_pause: int | None = pause.at
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._before_pause == 0:
-            self._before_pause = None
-            self._pause.wait_resumed()
-        want = len(view) if self._before_pause is None else min(len(view), self._before_pause)
-        data = self._source.read(want)
-        view[: len(data)] = data
-        if self._before_pause is not None:
-            self._before_pause -= len(data)
-        return len(data)
-
-
 class _PausingBackend(S3Backend):
     def __init__(
         self,
