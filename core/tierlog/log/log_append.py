@@ -18,13 +18,14 @@ on the shared ``LogState`` directly, with no indirection per batch.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from tierlog.log.batch import (
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
     RecordBatch,
     TimestampType,
@@ -66,7 +67,6 @@ __all__ = ["LogAppendInfo", "LogAppender", "RecordsInput"]
 _LOG = logging.getLogger(__name__)
 
 _LEGACY_MIN_RECORD_SIZE: Final = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0
-_INT32: Final = struct.Struct(">i")
 
 RecordsInput = bytes | bytearray | memoryview | Iterable[bytes | bytearray | memoryview]
 """Batches to append: one buffer of whole batches, or an iterable of single batches."""
@@ -113,7 +113,7 @@ def _parse_input(buf: bytearray) -> list[tuple[int, RecordBatch]]:
     pos = 0
     end = len(buf)
     while end - pos >= LOG_OVERHEAD:
-        length: int = _INT32.unpack_from(buf, pos + 8)[0]
+        length: int = LENGTH_FIELD.unpack_from(buf, pos + LENGTH_OFFSET)[0]
         if length < _LEGACY_MIN_RECORD_SIZE:
             raise CorruptRecordError(
                 f"Record size {length} is less than the minimum record overhead "

@@ -35,7 +35,6 @@ from __future__ import annotations
 import io
 import os
 import stat
-import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -47,7 +46,10 @@ from tierlog.log.batch import (
     HEADER,
     HEADER_SIZE_UP_TO_MAGIC,
     LEGACY_RECORD_OVERHEAD_V0,
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
     RecordBatch,
@@ -570,9 +572,9 @@ def _check_short_header(
             pos,
             path,
         )
-    magic = buf[off + 16]
+    magic = buf[off + MAGIC_OFFSET]
     if magic != MAGIC_V2:
-        (length,) = struct.unpack_from(">i", buf, off + 8)
+        (length,) = LENGTH_FIELD.unpack_from(buf, off + LENGTH_OFFSET)
         if not LEGACY_RECORD_OVERHEAD_V0 <= length <= remaining - LOG_OVERHEAD:
             check_batch_size(length, remaining, pos, path)
         raise bad_magic(magic if magic < 128 else magic - 256, pos, path)

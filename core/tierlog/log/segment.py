@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 import time
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,6 +37,8 @@ from typing import Final, NamedTuple
 
 from tierlog.log.batch import (
     HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     ControlRecordType,
@@ -93,7 +94,6 @@ _LOG = logging.getLogger(__name__)
 
 UNKNOWN_OFFSET: Final = -1
 _SCAN_CHUNK: Final = 64 * 1024
-_INT32: Final = struct.Struct(">i")
 _LEGACY_MIN_RECORD_SIZE: Final = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 
@@ -196,7 +196,7 @@ def batch_spans(data: bytes | bytearray | memoryview, limit: int | None = None) 
     end = len(data) if limit is None else min(limit, len(data))
     pos = 0
     while pos + LOG_OVERHEAD <= end:
-        (length,) = _INT32.unpack_from(data, pos + 8)
+        (length,) = LENGTH_FIELD.unpack_from(data, pos + LENGTH_OFFSET)
         size = LOG_OVERHEAD + length
         if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or pos + size > end:
             break
@@ -743,7 +743,7 @@ class LogSegment:
         head = self.read_bytes(position, LOG_OVERHEAD)
         if len(head) < LOG_OVERHEAD:
             return True
-        length: int = _INT32.unpack_from(head, 8)[0]
+        length: int = LENGTH_FIELD.unpack_from(head, LENGTH_OFFSET)[0]
         return length < _LEGACY_MIN_RECORD_SIZE or position + LOG_OVERHEAD + length > self._size
 
     def _update_producer_state(
