@@ -4,10 +4,11 @@ surviving a server that dies mid-upload or mid-fetch, and uploading with bounded
 from __future__ import annotations
 
 import threading
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import pytest
 from _s3_support import PrivateServers, new_bucket_name, plugin_configs, write_keyring
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 MiB = 1 << 20
 DEADLINE_S = 120.0
+T = TypeVar("T")
 """How long a test waits for a copy or a read before it fails: only a hung one takes this."""
 TRANSFORMS = {
     "plain": {},
@@ -126,6 +128,24 @@ def test_requests_reach_the_rsm_metrics(
     assert b'backend="s3"' in rsm.expose()
 
 
+def _once_serving(action: Callable[[], T]) -> T:
+    """``action()``, repeated while it fails with the retriable error, up to ``DEADLINE_S``.
+
+    A restarted SeaweedFS answers S3 requests before its volume server has rejoined, and
+    meanwhile fails them with ``InternalError`` (retriable, as the RLM treats it: it retries
+    the copy or fetch). The property a restart test checks is what happens once the server
+    serves data again, so it waits for that instead of racing the server's start-up.
+    """
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            return action()
+        except RetriableRemoteStorageException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 # Faults -------------------------------------------------------------------------------------
 class _PausingBackend(S3Backend):
     def __init__(
@@ -213,9 +233,13 @@ def test_server_killed_mid_upload_then_retry_completes(
     assert isinstance(failure[0], RetriableRemoteStorageException), repr(failure[0])
 
     service = private_seaweedfs.restart(service)
-    with pytest.raises(RemoteResourceNotFoundException):
-        read_stream(rsm.fetch_log_segment(metadata, 0))
-    rsm.copy_log_segment_data(metadata, files.data)
+
+    def nothing_was_published() -> None:
+        with pytest.raises(RemoteResourceNotFoundException):
+            read_stream(rsm.fetch_log_segment(metadata, 0))
+
+    _once_serving(nothing_was_published)
+    _once_serving(lambda: rsm.copy_log_segment_data(metadata, files.data))
     assert read_stream(rsm.fetch_log_segment(metadata, 0)) == files.segment
 
 
@@ -254,7 +278,7 @@ def test_server_killed_mid_fetch_then_retry_reads_whole(
         pytest.fail(f"read {len(got)} bytes of {len(files.segment)} from a killed server")
     stream.close()
     service = private_seaweedfs.restart(service)
-    assert read_stream(rsm.fetch_log_segment(metadata, 0)) == files.segment
+    assert _once_serving(lambda: read_stream(rsm.fetch_log_segment(metadata, 0))) == files.segment
 
 
 # Memory -------------------------------------------------------------------------------------
