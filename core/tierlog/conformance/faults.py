@@ -7,7 +7,7 @@ started. ``UploadPause`` removes the guess: the first upload whose source it wra
 exactly ``at`` bytes were read, until the test calls ``resume``::
 
     pause = UploadPause(at=6 * MiB)               # 1 MiB into the second 5 MiB part
-    # ... a backend subclass whose upload() passes its source through pause.wrap(source)
+    rsm = pause.pause_uploads(S3RemoteStorageManager())  # any object-store RSM; configure it
     copy = threading.Thread(target=rsm.copy_log_segment_data, args=(metadata, data))
     copy.start()
     assert pause.paused.wait(120)                 # the upload is certainly in progress
@@ -22,12 +22,18 @@ from __future__ import annotations
 
 import io
 import threading
-from typing import TYPE_CHECKING, BinaryIO, Final, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, BinaryIO, Final, TypeVar, cast
+
+from tierlog.storage.objectstore.backend import ObjectStoreBackend, RequestObserver, UploadSettings
+from tierlog.storage.objectstore.rsm import ObjectStoreRemoteStorageManager
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 __all__ = ["DEFAULT_RESUME_TIMEOUT_S", "UploadPause"]
+
+R = TypeVar("R", bound=ObjectStoreRemoteStorageManager)
 
 DEFAULT_RESUME_TIMEOUT_S: Final = 120.0
 """How long a paused upload waits for ``resume`` before failing (a test that forgot it)."""
@@ -57,6 +63,32 @@ class UploadPause:
         if not armed:
             return source
         return cast(BinaryIO, io.BufferedReader(_PausingSource(source, self)))
+
+    def pause_uploads(self, rsm: R) -> R:
+        """``rsm`` (not yet configured) whose backend passes every upload's source through
+        ``wrap``: its first upload pauses. The backend's requests are reported through
+        ``observe``, which a subclass may extend."""
+        create = rsm.create_backend
+
+        def create_backend(
+            configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
+        ) -> ObjectStoreBackend:
+            backend = create(configs, upload, self.observe(observer))
+            send = backend.upload
+
+            def upload_paused(key: str, source: BinaryIO, size: int | None) -> None:
+                send(key, self.wrap(source), size)
+
+            backend.upload = upload_paused  # type: ignore[method-assign]
+            return backend
+
+        rsm.create_backend = create_backend  # type: ignore[method-assign]
+        return rsm
+
+    def observe(self, observer: RequestObserver) -> RequestObserver:
+        """The observer the paused RSM's backend reports its requests to: ``observer`` itself;
+        a subclass wraps it to learn how far the upload went (a part sent, say)."""
+        return observer
 
     def resume(self) -> None:
         """Let the paused upload go on (call it after acting on the server)."""

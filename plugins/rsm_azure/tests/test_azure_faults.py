@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 import pytest
 from services._common import Service
@@ -29,7 +29,6 @@ from tierlog.spi import (
     Uuid,
 )
 from tierlog.storage.objectstore.backend import (
-    ObjectStoreBackend,
     Operation,
     Outcome,
     RequestObserver,
@@ -141,15 +140,7 @@ class UploadPause(BasePause):
         super().__init__(at, resume_timeout_s=DEADLINE_S)
         self.staged = threading.Event()
 
-
-class _PausingBackend(AzureBackend):
-    def __init__(
-        self,
-        settings: AzureConfig,
-        upload: UploadSettings,
-        observer: RequestObserver,
-        pause: UploadPause,
-    ) -> None:
+    def observe(self, observer: RequestObserver) -> RequestObserver:
         def observed(
             operation: Operation,
             *,
@@ -161,28 +152,9 @@ class _PausingBackend(AzureBackend):
                 operation, outcome=outcome, bytes_sent=bytes_sent, bytes_received=bytes_received
             )
             if operation == "upload_part" and outcome == "ok":
-                pause.staged.set()
+                self.staged.set()
 
-        super().__init__(settings, upload, observed)
-        self._pause = pause
-
-    def upload(self, key: str, source: BinaryIO, size: int | None) -> None:
-        super().upload(key, self._pause.wrap(source), size)
-
-
-class PausingAzureRemoteStorageManager(AzureRemoteStorageManager):
-    """The ``azure`` RSM whose backend pauses its first upload (``UploadPause``)."""
-
-    def __init__(self, pause: UploadPause) -> None:
-        super().__init__()
-        self._pause = pause
-
-    def create_backend(
-        self, configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
-    ) -> ObjectStoreBackend:
-        return _PausingBackend(
-            AzureConfig.from_configs(configs, upload), upload, observer, self._pause
-        )
+        return observed
 
 
 def test_kill_mid_copy_then_retry(server: Restartable, tmp_path: Path, key_prefix: str) -> None:
@@ -195,7 +167,7 @@ def test_kill_mid_copy_then_retry(server: Restartable, tmp_path: Path, key_prefi
     # The log's first 5 MiB block read (and staged), its source stops 1 MiB into the second
     # until the server is dead: the upload is certainly under way when it dies.
     pause = UploadPause(at=6 * MiB)
-    rsm = _rsm(server.service, key_prefix, PausingAzureRemoteStorageManager(pause))
+    rsm = _rsm(server.service, key_prefix, pause.pause_uploads(AzureRemoteStorageManager()))
     failure: list[BaseException] = []
 
     def copy() -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from google.api_core.retry import retry_base, retry_unary
@@ -30,7 +30,6 @@ from tierlog.spi import (
     Uuid,
 )
 from tierlog.storage.objectstore.backend import (
-    ObjectStoreBackend,
     Operation,
     Outcome,
     RequestObserver,
@@ -48,38 +47,6 @@ MiB = 1 << 20
 CHUNK = MiB
 DEADLINE_S = 120
 T = TypeVar("T")
-
-
-class PausingGcsBackend(GcsBackend):
-    """The ``gcs`` backend whose first upload pauses (``UploadPause``)."""
-
-    def __init__(
-        self,
-        settings: GcsConfig,
-        upload: UploadSettings,
-        observer: RequestObserver,
-        pause: UploadPause,
-    ) -> None:
-        super().__init__(settings, upload, observer)
-        self._pause = pause
-
-    def upload(self, key: str, source: BinaryIO, size: int | None) -> None:
-        super().upload(key, self._pause.wrap(source), size)
-
-
-class PausingGcsRemoteStorageManager(GcsRemoteStorageManager):
-    """The ``gcs`` RSM whose backend pauses its first upload (``UploadPause``)."""
-
-    def __init__(self, pause: UploadPause) -> None:
-        super().__init__()
-        self._pause = pause
-
-    def create_backend(
-        self, configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
-    ) -> ObjectStoreBackend:
-        return PausingGcsBackend(
-            GcsConfig.from_configs(configs, upload), upload, observer, self._pause
-        )
 
 
 def restart(service: Service) -> Service:
@@ -258,7 +225,7 @@ def test_rsm_copy_killed_mid_upload_leaves_no_segment_and_a_retry_completes(
     # The log's first 5 MiB chunk sent, its source stops 1 MiB into the second until the
     # server is dead: the resumable upload is certainly under way when it dies.
     pause = UploadPause(at=6 * MiB)
-    rsm = rsm_for(server[0], PausingGcsRemoteStorageManager(pause))
+    rsm = rsm_for(server[0], pause.pause_uploads(GcsRemoteStorageManager()))
     try:
         copy = run_in_thread(lambda: rsm.copy_log_segment_data(metadata, files.data))
         try:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from _s3_support import PrivateServers, new_bucket_name, plugin_configs, write_keyring
 from services._common import Service
 from services.seaweedfs import create_bucket, s3_client
-from tierlog_rsm_s3 import S3Backend, S3Config, S3RemoteStorageManager
+from tierlog_rsm_s3 import S3RemoteStorageManager
 
 from tierlog.conformance.faults import UploadPause
 from tierlog.conformance.rsm_suite import SegmentFactory, read_stream, segment_metadata
@@ -29,11 +29,6 @@ from tierlog.spi.plugins import get_registry
 
 if TYPE_CHECKING:
     from tierlog.spi import RemoteLogSegmentMetadata
-    from tierlog.storage.objectstore.backend import (
-        ObjectStoreBackend,
-        RequestObserver,
-        UploadSettings,
-    )
 
 MiB = 1 << 20
 DEADLINE_S = 120.0
@@ -147,34 +142,6 @@ def _once_serving(action: Callable[[], T]) -> T:
 
 
 # Faults -------------------------------------------------------------------------------------
-class _PausingBackend(S3Backend):
-    def __init__(
-        self,
-        settings: S3Config,
-        upload: UploadSettings,
-        observer: RequestObserver,
-        pause: UploadPause,
-    ) -> None:
-        super().__init__(settings, upload, observer)
-        self._pause = pause
-
-    def upload(self, key: str, source: BinaryIO, size: int | None) -> None:
-        super().upload(key, self._pause.wrap(source), size)
-
-
-class PausingS3RemoteStorageManager(S3RemoteStorageManager):
-    """The ``s3`` RSM whose backend pauses an upload (``UploadPause``)."""
-
-    def __init__(self, pause: UploadPause) -> None:
-        super().__init__()
-        self._pause = pause
-
-    def create_backend(
-        self, configs: Mapping[str, str], upload: UploadSettings, observer: RequestObserver
-    ) -> ObjectStoreBackend:
-        return _PausingBackend(S3Config.from_configs(configs), upload, observer, self._pause)
-
-
 def test_server_killed_mid_upload_then_retry_completes(
     private_seaweedfs: PrivateServers,
     make_rsm: Callable[..., S3RemoteStorageManager],
@@ -197,7 +164,7 @@ def test_server_killed_mid_upload_then_retry_completes(
     rsm = make_rsm(
         service,
         bucket,
-        rsm=PausingS3RemoteStorageManager(pause),
+        rsm=pause.pause_uploads(S3RemoteStorageManager()),
         **{
             # A server that died mid-write may take seconds to accept writes again after its
             # restart (volume recovery): give attempts time; a refused connection fails fast.
