@@ -87,18 +87,16 @@ class Service:
         self.stop()
 
 
-def start_process(
+def spawn_process(
     name: str,
     argv: Sequence[str],
     directory: Path,
     url: str,
-    ready: Callable[[], bool],
     *,
-    timeout: float = 60.0,
     env: dict[str, str] | None = None,
 ) -> Service:
-    """Start ``argv`` in its own process group (output to ``<directory>/<name>.log``) and wait
-    until ``ready()``; on timeout or early exit, stop it and raise with the log's tail."""
+    """Start ``argv`` in its own process group, output to ``<directory>/<name>.log``, without
+    waiting (``wait_ready``): a cluster starts all its members before any can be ready."""
     directory.mkdir(parents=True, exist_ok=True)
     log_path = directory / f"{name}.log"
     log: IO[bytes] = log_path.open("wb")
@@ -112,16 +110,36 @@ def start_process(
         cwd=directory,
     )
     log.close()
-    service = Service(name, url, process, directory, log_path)
+    return Service(name, url, process, directory, log_path)
+
+
+def wait_ready(service: Service, ready: Callable[[], bool], *, timeout: float = 60.0) -> Service:
+    """Wait until ``ready()``; on timeout or early exit, stop the service and raise with the
+    tail of its log."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
+        if service.process.poll() is not None:
             raise RuntimeError(
-                f"{name} exited with code {process.returncode} before it was ready:\n"
-                f"{service.log_tail()}"
+                f"{service.name} exited with code {service.process.returncode} before it was "
+                f"ready:\n{service.log_tail()}"
             )
         if ready():
             return service
         time.sleep(0.1)
     service.stop()
-    raise RuntimeError(f"{name} was not ready after {timeout:.0f} s:\n{service.log_tail()}")
+    raise RuntimeError(f"{service.name} was not ready after {timeout:.0f} s:\n{service.log_tail()}")
+
+
+def start_process(
+    name: str,
+    argv: Sequence[str],
+    directory: Path,
+    url: str,
+    ready: Callable[[], bool],
+    *,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> Service:
+    """``spawn_process`` then ``wait_ready``."""
+    service = spawn_process(name, argv, directory, url, env=env)
+    return wait_ready(service, ready, timeout=timeout)
