@@ -19,8 +19,16 @@ CORE = ROOT / "core" / "tierlog"
 PLUGIN_SOURCES = sorted([*ROOT.glob("plugins/*/tierlog_*"), *ROOT.glob("examples/*/src/tierlog_*")])
 
 # What a plugin may import from the core: the contracts, the object-store toolkit, the
-# conformance suite, and the top-level package for ``hookimpl``.
-PLUGIN_ALLOWED = ("tierlog.spi", "tierlog.storage", "tierlog.conformance")
+# conformance suite, Kafka's metadata records, partitioner and cache (what an RLMM on a Kafka
+# topic is built from), progress reporting, and the top-level package for ``hookimpl``.
+PLUGIN_ALLOWED = (
+    "tierlog.spi",
+    "tierlog.storage",
+    "tierlog.conformance",
+    "tierlog.metadata",
+    "tierlog.progress",
+    "tierlog.properties",
+)
 PLUGIN_ALLOWED_FROM_TOP = frozenset({"hookimpl", "__version__"})
 
 
