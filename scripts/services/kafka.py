@@ -30,6 +30,7 @@ import socket
 import subprocess
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -350,9 +351,12 @@ class KafkaCluster:
         """Stop (SIGTERM) one node and start it again on the same ports and directory."""
         return restart_kafka(self.node(node_id), timeout=timeout)
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop(timeout=30)
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop every node at once (one at a time, each would wait for the quorum the others
+        are leaving)."""
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            for node in self.nodes:
+                pool.submit(node.stop, timeout)
 
     def __iter__(self) -> Iterator[Service]:
         return iter(self.nodes)
