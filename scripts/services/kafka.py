@@ -314,12 +314,15 @@ def start_kafka(
     properties: Mapping[str, str] | None = None,
     heap: str = DEFAULT_HEAP,
     timeout: float = START_TIMEOUT_S,
+    port: int | None = None,
 ) -> Service:
-    """One combined broker+controller (node id 1) on free ports; ``url`` is its bootstrap
-    address ``127.0.0.1:PORT``. ``properties`` are added to (and override) the generated ones.
-    With ``tiered_storage``, the broker runs Kafka's own tiered storage with
-    ``metadata_partitions`` partitions of ``__remote_log_metadata``."""
-    port, controller_port = free_ports(2)
+    """One combined broker+controller (node id 1) on ``port`` (default: a free one) and a free
+    controller port; ``url`` is its bootstrap address ``127.0.0.1:PORT``. ``properties`` are
+    added to (and override) the generated ones. With ``tiered_storage``, the broker runs
+    Kafka's own tiered storage with ``metadata_partitions`` partitions of
+    ``__remote_log_metadata``."""
+    free_port, controller_port = free_ports(2)
+    port = port or free_port
     node = _Node(1, port, controller_port, directory)
     (service,) = _prepare(
         [node],

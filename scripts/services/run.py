@@ -5,6 +5,7 @@ Usage (from a checkout of the repository, with the venv of ``scripts/test``)::
     python scripts/services/run.py seaweedfs --port 8333 --bucket test
     python scripts/services/run.py fake-gcs --port 4443 --bucket tierlog-test
     python scripts/services/run.py azurite --port 10000 --bucket kafka
+    python scripts/services/run.py kafka --port 9092 [--tiered-storage]
 
 It starts the server as the tests do (the launchers next to this file: free ports for what is
 not given, loopback only), creates the buckets (containers on Azurite), prints one line
@@ -20,6 +21,11 @@ whole process group. Data go to ``--dir``, else to a temporary directory removed
 - Azurite serves the well-known development account ``devstoreaccount1`` (its key is in
   ``azurite.py``) at ``http://127.0.0.1:PORT/devstoreaccount1``; it needs
   ``npm ci --prefix plugins/rsm_azure`` first.
+- Apache Kafka 4.3.1 (``kafka.py``) runs one combined broker+controller (KRaft) with a
+  PLAINTEXT listener at ``127.0.0.1:PORT``; it needs Java 17, and Maven the first time (its jars
+  are then cached under ``~/.cache/tierlog``). ``--tiered-storage`` turns on Kafka's own tiered
+  storage (``LocalTieredStorage`` under ``<dir>/tiered-storage``, Kafka's topic-based RLMM on 5
+  partitions of ``__remote_log_metadata``). ``--bucket`` does not apply.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ if __package__ in (None, ""):  # run as a file: make ``services`` importable
 
 from services._common import Service, free_ports
 
-SERVICES = ("seaweedfs", "fake-gcs", "azurite")
+SERVICES = ("seaweedfs", "fake-gcs", "azurite", "kafka")
 
 
 def _start(args: argparse.Namespace, directory: Path) -> tuple[Service, str]:
@@ -69,6 +75,17 @@ def _start(args: argparse.Namespace, directory: Path) -> tuple[Service, str]:
             f"ready: fake-gcs-server at {service.url} ({args.backend} backend, no "
             f"credentials), buckets: {', '.join(buckets) or 'none'}"
         )
+    if args.service == "kafka":
+        from services.kafka import KAFKA_VERSION, start_kafka
+
+        if buckets:
+            raise SystemExit("--bucket does not apply to kafka")
+        tiered = directory / "tiered-storage" if args.tiered_storage else None
+        service = start_kafka(directory, port=args.port, tiered_storage=tiered)
+        return service, (
+            f"ready: Apache Kafka {KAFKA_VERSION} at {service.url} (PLAINTEXT, KRaft, one node)"
+            + (f", Kafka's tiered storage under {tiered}" if tiered else "")
+        )
     from services.azurite import blob_endpoint, create_container, start_azurite
 
     service = start_azurite(directory, port=args.port)
@@ -83,7 +100,8 @@ def _start(args: argparse.Namespace, directory: Path) -> tuple[Service, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python scripts/services/run.py",
-        description="Run a test server (S3, GCS or Azure Blob emulator) until Ctrl-C.",
+        description="Run a test server (S3, GCS or Azure Blob emulator, Apache Kafka) until "
+        "Ctrl-C.",
     )
     parser.add_argument("service", choices=SERVICES)
     parser.add_argument("--port", type=int, help="the port of its API (default: a free one)")
@@ -99,6 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("memory", "filesystem"),
         default="memory",
         help="fake-gcs only: where objects are kept (default memory, see the module's doc)",
+    )
+    parser.add_argument(
+        "--tiered-storage",
+        action="store_true",
+        help="kafka only: run Kafka's own tiered storage (LocalTieredStorage under --dir)",
     )
     args = parser.parse_args(argv)
 
