@@ -1,0 +1,542 @@
+"""The consumer task: reads the metadata topic into the cache (Kafka's ``ConsumerTask``).
+
+One thread, one confluent-kafka ``Consumer``, ``assign()``ed (no group, no commits) to the
+metadata partitions of the user partitions this node hosts, leader or follower alike.
+
+Assignment, as Kafka's ConsumerTask
+-----------------------------------
+- A user partition assigned anew starts from an empty, not-ready state and its metadata
+  partition is replayed **from the beginning** (the topic is the only copy of the history).
+  The metadata partition's other user partitions are not disturbed: a record is applied only
+  if its offset is above the last one applied for its user partition (Kafka's
+  ``shouldProcess``), so reading again after the seek changes nothing for them.
+- Metadata partitions that keep their user partitions resume where they were.
+- Readiness: the end offset of each metadata partition is captured when a new user partition
+  is assigned; the user partition becomes ready once the consumer has read up to it (or when
+  the metadata partition is empty or fully expired: begin == end). Records written later do
+  not delay it. The consumer also counts librdkafka's end-of-partition event as having read up
+  to that offset, so a gap at the end of a partition (left by compaction, or by transaction
+  markers) cannot hold readiness back.
+- A partition no longer hosted is dropped; a metadata partition no longer needed is
+  unassigned.
+
+Every (re)assignment is numbered (a generation per user partition), so a partition stopped and
+assigned again before the thread noticed is still replayed, and never marked ready from the
+reads of its previous assignment.
+
+Read-your-writes
+----------------
+``wait_applied(tip, offset)`` gives a future that completes once the record at ``offset`` of
+``tip`` has been applied (the last offset applied for ``tip`` reached it), or fails when the
+wait exceeds its timeout (``ConsumeTimeoutError``), the partition is stopped, its metadata
+partition stops on an unreadable record, or the task closes. The thread completes the futures
+itself after each batch: no thread waits per write.
+
+Errors
+------
+A record the applier cannot decode or apply stops its metadata partition (paused, never
+skipped): the error (``UnreadableMetadataRecordError``, naming topic, partition and offset) is
+logged once at ERROR, kept for ``failure_for``, and given to the waiting writes. A new
+assignment of a user partition of that metadata partition replays it again (the record may
+have been removed by retention meanwhile). Consumer errors (a broker down, a leader moving) are
+logged at WARNING, at most every 30 s per kind, and waited out: librdkafka keeps the positions
+and resumes fetching where it stopped, so nothing is lost or read twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Final
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from tierlog.spi import IllegalStateError, RemoteStorageException, TopicIdPartition
+from tierlog_rlmm_topic.applier import RecordApplier
+from tierlog_rlmm_topic.client_factory import close_client, new_client
+from tierlog_rlmm_topic.errors import ConsumeTimeoutError, UnreadableMetadataRecordError
+from tierlog_rlmm_topic.replay import ReplayMeter, ReplayProgressSettings
+
+__all__ = ["ConsumerTask"]
+
+_LOG = logging.getLogger(__name__)
+
+DEFAULT_POLL_TIMEOUT_S: Final = 0.1
+"""Kafka's ConsumerTask polls for 100 ms; the thread also wakes this often to expire waits."""
+DEFAULT_BATCH: Final = 1000
+_WATERMARK_TIMEOUT_S: Final = 5.0
+_ERROR_LOG_INTERVAL_S: Final = 30.0
+
+
+@dataclass(eq=False)
+class _Waiter:
+    tip: TopicIdPartition
+    partition: int
+    offset: int
+    deadline: float
+    timeout_ms: int
+    future: Future[None] = field(default_factory=Future)
+
+
+class ConsumerTask:
+    """Reads metadata partitions into a ``RecordApplier``; see the module docstring.
+
+    ``partitioner`` maps a user partition to its metadata partition. The consumer is created
+    at construction (a configuration librdkafka refuses raises ``ConfigError`` there); the
+    thread starts with ``start()``.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        configs: Mapping[str, str],
+        applier: RecordApplier,
+        partitioner: Callable[[TopicIdPartition], int],
+        *,
+        progress: ReplayProgressSettings | None = None,
+        poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_S,
+        batch: int = DEFAULT_BATCH,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._topic = topic
+        self._applier = applier
+        self._partitioner = partitioner
+        self._poll_timeout_s = poll_timeout_s
+        self._batch = batch
+        self._monotonic = monotonic
+        self._consumer: Consumer = new_client(Consumer, configs, "consumer")
+        self._meter = ReplayMeter(topic, progress or ReplayProgressSettings(), monotonic)
+        self._cond = threading.Condition()
+        # Shared state, under _cond.
+        self._desired: dict[TopicIdPartition, tuple[int, int]] = {}
+        self._generation = 0
+        self._changed = False
+        self._closed = False
+        self._consumer_closed = False
+        self._failures: dict[int, UnreadableMetadataRecordError] = {}
+        self._crash: RemoteStorageException | None = None
+        self._waiters: list[_Waiter] = []
+        # The thread's state. _read_by_user is also read (never written) by wait_applied.
+        self._processed: dict[TopicIdPartition, tuple[int, int]] = {}
+        self._read_by_user: dict[TopicIdPartition, int] = {}
+        self._read_by_meta: dict[int, int] = {}
+        self._eof: dict[int, int] = {}
+        self._ends: dict[int, tuple[int, int]] = {}
+        self._uninitialized: set[TopicIdPartition] = set()
+        self._assigned: set[int] = set()
+        self._error_logged: dict[int, float] = {}
+        self._thread = threading.Thread(
+            target=self._run, name=f"rlmm-consumer-{topic}", daemon=True
+        )
+
+    # Public API, called from any thread ---------------------------------------------------------
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def replays_shown(self) -> int:
+        """How many replays were long enough to show progress."""
+        return self._meter.shown
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add_assignments(self, partitions: Iterable[TopicIdPartition]) -> None:
+        """Host these user partitions: each one not hosted yet is loaded (empty, not ready) and
+        replayed. Partitions already hosted are left alone (a leadership change between
+        leader and follower changes nothing here, as in Kafka)."""
+        with self._cond:
+            self._check_open()
+            for tip in partitions:
+                if tip in self._desired:
+                    continue
+                self._generation += 1
+                self._desired[tip] = (self._partitioner(tip), self._generation)
+                self._applier.load(tip)
+                self._changed = True
+            self._cond.notify_all()
+
+    def remove_assignments(self, partitions: Iterable[TopicIdPartition]) -> None:
+        """Stop hosting these user partitions: their state is dropped at once."""
+        with self._cond:
+            self._check_open()
+            for tip in partitions:
+                if self._desired.pop(tip, None) is not None:
+                    self._applier.unload(tip)
+                    self._changed = True
+            self._cond.notify_all()
+
+    def is_assigned(self, tip: TopicIdPartition) -> bool:
+        return tip in self._desired
+
+    def assigned_count(self) -> int:
+        return len(self._desired)
+
+    def failure_for(self, tip: TopicIdPartition) -> RemoteStorageException | None:
+        """Why ``tip`` cannot advance: its metadata partition holds an unreadable record, or
+        the task stopped on an unexpected error; None when it can."""
+        with self._cond:
+            if self._crash is not None:
+                return self._crash
+            entry = self._desired.get(tip)
+            if entry is None:
+                return None
+            failure = self._failures.get(entry[0])
+        return failure.copy() if failure is not None else None
+
+    def wait_applied(
+        self, tip: TopicIdPartition, partition: int, offset: int, timeout_ms: int
+    ) -> Future[None]:
+        """A future completed once the record at ``partition``/``offset`` of ``tip`` is
+        applied; see the module docstring for how it fails."""
+        waiter = _Waiter(tip, partition, offset, self._monotonic() + timeout_ms / 1000, timeout_ms)
+        waiter.future.set_running_or_notify_cancel()
+        with self._cond:
+            outcome = self._outcome(waiter, self._monotonic())
+            if outcome is None:
+                self._waiters.append(waiter)
+        if outcome is not None:
+            _complete(waiter, outcome)
+        return waiter.future
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the thread and close the consumer; pending waits fail. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._close_consumer()
+        self._fail_all_waiters()
+
+    # Internals --------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError(f"the consumer task of {self._topic} is closed")
+
+    def _outcome(self, waiter: _Waiter, now: float) -> BaseException | bool | None:
+        """True when done, an exception when it failed, None while pending (lock held)."""
+        if self._read_by_user.get(waiter.tip, -1) >= waiter.offset:
+            return True
+        if self._closed:
+            return IllegalStateError(
+                f"the RLMM closed before the record at {self._topic} partition "
+                f"{waiter.partition} offset {waiter.offset} was applied"
+            )
+        if self._crash is not None:
+            return self._crash
+        failure = self._failures.get(waiter.partition)
+        if failure is not None:
+            return failure.copy()
+        if waiter.tip not in self._desired:
+            return RemoteStorageException(
+                f"{waiter.tip} was stopped (on_stop_partitions) before its record at "
+                f"{self._topic} partition {waiter.partition} offset {waiter.offset} was applied"
+            )
+        if now >= waiter.deadline:
+            return ConsumeTimeoutError(
+                f"the record at {self._topic} partition {waiter.partition} offset "
+                f"{waiter.offset} ({waiter.tip}) was written but not applied by this node's "
+                f"consumer within {waiter.timeout_ms} ms (remote.log.metadata.consume.wait.ms)"
+            )
+        return None
+
+    def _complete_waiters(self) -> None:
+        if not self._waiters:
+            return
+        now = self._monotonic()
+        finished: list[tuple[_Waiter, BaseException | bool]] = []
+        with self._cond:
+            pending = []
+            for waiter in self._waiters:
+                outcome = self._outcome(waiter, now)
+                if outcome is None:
+                    pending.append(waiter)
+                else:
+                    finished.append((waiter, outcome))
+            self._waiters = pending
+        for waiter, outcome in finished:
+            _complete(waiter, outcome)
+
+    def _fail_all_waiters(self) -> None:
+        with self._cond:
+            waiters, self._waiters = self._waiters, []
+            outcomes = [(w, self._outcome(w, self._monotonic())) for w in waiters]
+        for waiter, outcome in outcomes:
+            _complete(
+                waiter,
+                outcome if outcome is not None else IllegalStateError("the RLMM closed"),
+            )
+
+    def _run(self) -> None:
+        try:
+            self._learn_leaders()
+            while True:
+                with self._cond:
+                    while not (self._closed or self._changed or self._assigned or self._waiters):
+                        self._cond.wait(1.0)
+                    if self._closed:
+                        return
+                    desired = dict(self._desired) if self._changed else None
+                    self._changed = False
+                if desired is not None:
+                    self._reassign(desired)
+                self._capture_end_offsets()
+                if self._assigned:
+                    # poll() returns at the first record; consume() with a count would wait
+                    # for a full batch or the timeout, delaying every read-your-writes.
+                    first = self._consumer.poll(self._poll_timeout_s)
+                    if first is not None:
+                        self._process([first, *self._consumer.consume(self._batch, 0)])
+                else:
+                    with self._cond:
+                        if not (self._closed or self._changed):
+                            self._cond.wait(self._poll_timeout_s)
+                loading = self._mark_ready()
+                self._complete_waiters()
+                if self._meter.active:
+                    self._meter.update(ready=len(self._processed) - loading, loading=loading)
+        except BaseException as exc:
+            _LOG.exception("the consumer task of %s stopped on an unexpected error", self._topic)
+            with self._cond:
+                self._crash = RemoteStorageException(
+                    f"the consumer task of the remote log metadata topic {self._topic} stopped "
+                    f"on an unexpected error: {type(exc).__name__}: {exc}"
+                )
+        finally:
+            self._meter.close()
+            self._close_consumer()
+            self._fail_all_waiters()
+
+    def _close_consumer(self) -> None:
+        with self._cond:
+            if self._consumer_closed:
+                return
+            self._consumer_closed = True
+        close_client(self._consumer)
+
+    def _learn_leaders(self) -> None:
+        """Fetch the topic's metadata once: a partition assigned while librdkafka does not know
+        its leader waits for a fixed 500 ms retry before its first offset lookup, which every
+        replay would pay."""
+        try:
+            self._consumer.list_topics(self._topic, timeout=_WATERMARK_TIMEOUT_S)
+        except KafkaException as exc:  # the assignment will find out the same, and retry
+            _LOG.info("cannot read the metadata of %s yet: %s", self._topic, exc)
+
+    def _reassign(self, desired: dict[TopicIdPartition, tuple[int, int]]) -> None:
+        """Apply the wanted assignment (Kafka's ``maybeWaitForPartitionAssignments``)."""
+        new = [tip for tip, entry in desired.items() if self._processed.get(tip) != entry]
+        for tip in self._processed:
+            if tip not in desired:
+                self._read_by_user.pop(tip, None)
+                self._uninitialized.discard(tip)
+        replayed = {desired[tip][0] for tip in new}
+        needed = {partition for partition, _ in desired.values()}
+        for partition in (set(self._assigned) | replayed) - (needed - replayed):
+            # Replayed from the beginning, or no longer needed: forget its positions.
+            self._read_by_meta.pop(partition, None)
+            self._eof.pop(partition, None)
+            self._ends.pop(partition, None)
+            self._meter.drop(partition)
+            with self._cond:
+                self._failures.pop(partition, None)
+        for tip in new:
+            self._read_by_user.pop(tip, None)
+            self._uninitialized.add(tip)
+            with self._cond:
+                if self._desired.get(tip) == desired[tip]:
+                    # Reset: the events of a previous assignment may have reached the state
+                    # add_assignments created while this thread was reading.
+                    self._applier.load(tip)
+        self._processed = desired
+        with self._cond:
+            failed = set(self._failures)
+        partitions = sorted(needed - failed)
+        assignment = []
+        for partition in partitions:
+            if partition in self._read_by_meta:
+                offset = self._read_by_meta[partition] + 1
+            elif partition in self._eof:
+                offset = self._eof[partition]
+            else:
+                offset = OFFSET_BEGINNING
+            assignment.append(KafkaTopicPartition(self._topic, partition, offset))
+        if assignment:
+            self._consumer.assign(assignment)
+            resumed = [KafkaTopicPartition(self._topic, p) for p in sorted(replayed) if p in needed]
+            if resumed:
+                # A partition paused on an unreadable record is read again from the start.
+                self._consumer.resume(resumed)
+        elif self._assigned:
+            self._consumer.unassign()
+        self._assigned = set(partitions)
+        if new:
+            _LOG.info(
+                "assigned %d new user partition(s) of %d; replaying metadata partition(s) %s of %s",
+                len(new),
+                len(desired),
+                sorted(replayed),
+                self._topic,
+            )
+
+    def _capture_end_offsets(self) -> None:
+        """The end offsets the loading partitions must reach (once per replay)."""
+        if not self._uninitialized:
+            return
+        wanted = {self._processed[tip][0] for tip in self._uninitialized} & self._assigned
+        for partition in sorted(wanted - self._ends.keys()):
+            try:
+                begin, end = self._consumer.get_watermark_offsets(
+                    KafkaTopicPartition(self._topic, partition),
+                    timeout=_WATERMARK_TIMEOUT_S,
+                    cached=False,
+                )
+            except KafkaException as exc:
+                # Usual right after the topic is created (no leader known yet): INFO.
+                self._log_error(
+                    -1,
+                    f"cannot read the end offset of {self._topic} "
+                    f"partition {partition} yet (retrying): {exc}",
+                    logging.INFO,
+                )
+                return
+            self._ends[partition] = (begin, end)
+            self._meter.add(partition, begin, end)
+
+    def _process(self, messages: list[Message]) -> None:
+        read_by_meta = self._read_by_meta
+        read_by_user = self._read_by_user
+        processed = self._processed
+        assigned = self._assigned
+        decode = self._applier.decode
+        apply = self._applier.apply
+        stopped: set[int] = set()
+        for message in messages:
+            error = message.error()
+            partition = message.partition()
+            offset = message.offset()
+            if partition is None or offset is None:
+                if error is not None:
+                    self._consumer_error(error)
+                continue
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self._eof[partition] = offset
+                    self._meter.position(partition, offset)
+                else:
+                    self._consumer_error(error)
+                continue
+            if partition in stopped or partition not in assigned:
+                continue
+            try:
+                event = decode(message.key(), message.value())
+            except Exception as exc:
+                self._stop_partition(partition, offset, "cannot be decoded", exc)
+                stopped.add(partition)
+                continue
+            tip = event.topic_id_partition
+            if tip is None:
+                _LOG.warning(
+                    "%s partition %d offset %d: skipping a record that belongs to no user "
+                    "partition (%s; Kafka never publishes it)",
+                    self._topic,
+                    partition,
+                    offset,
+                    type(event.event).__name__,
+                )
+            elif tip in processed and read_by_user.get(tip, -1) < offset:
+                try:
+                    apply(event)
+                except Exception as exc:
+                    self._stop_partition(partition, offset, "cannot be applied", exc)
+                    stopped.add(partition)
+                    continue
+                read_by_user[tip] = offset
+            read_by_meta[partition] = offset
+        if self._meter.active:
+            for partition, offset in read_by_meta.items():
+                self._meter.position(partition, offset + 1)
+
+    def _stop_partition(self, partition: int, offset: int, what: str, exc: Exception) -> None:
+        failure = UnreadableMetadataRecordError(
+            f"the record at offset {offset} of the remote log metadata topic {self._topic} "
+            f"partition {partition} {what} ({type(exc).__name__}: {exc}); that metadata "
+            "partition is stopped there: its user partitions still loading will not become "
+            "ready and their reads raise this error, and writes to them fail, until the record "
+            "is removed (retention) and they are assigned again",
+            topic=self._topic,
+            partition=partition,
+            offset=offset,
+        )
+        _LOG.error("%s", failure)
+        with self._cond:
+            self._failures[partition] = failure
+        self._meter.drop(partition)
+        try:
+            self._consumer.pause([KafkaTopicPartition(self._topic, partition)])
+        except KafkaException as pause_error:  # it is also left out of every later assign()
+            _LOG.warning("cannot pause %s partition %d: %s", self._topic, partition, pause_error)
+
+    def _consumer_error(self, error: KafkaError) -> None:
+        level = "" if error.retriable() else " (not retriable; librdkafka keeps trying)"
+        self._log_error(
+            error.code(), f"consumer error on {self._topic}{level}: {error.name()}: {error.str()}"
+        )
+
+    def _log_error(self, code: int, message: str, level: int = logging.WARNING) -> None:
+        """Log ``message``, at most once per ``_ERROR_LOG_INTERVAL_S`` for one error code."""
+        now = self._monotonic()
+        last = self._error_logged.get(code)
+        if last is None or now - last >= _ERROR_LOG_INTERVAL_S:
+            self._error_logged[code] = now
+            _LOG.log(level, "%s", message)
+
+    def _mark_ready(self) -> int:
+        """Kafka's ``maybeMarkUserPartitionsAsReady``; how many partitions are still loading
+        (those stopped on an unreadable record aside)."""
+        if not self._uninitialized:
+            return 0
+        with self._cond:
+            failed = set(self._failures)
+        for tip in list(self._uninitialized):
+            entry = self._processed.get(tip)
+            if entry is None:
+                self._uninitialized.discard(tip)
+                continue
+            partition = entry[0]
+            ends = self._ends.get(partition)
+            if partition in failed or ends is None:
+                continue
+            begin, end = ends
+            position = max(self._read_by_meta.get(partition, -1) + 1, self._eof.get(partition, -1))
+            if begin != end and position < end:
+                continue
+            with self._cond:
+                if self._desired.get(tip) == entry:
+                    self._applier.mark_initialized(tip)
+            self._uninitialized.discard(tip)
+            _LOG.debug("%s is ready (metadata partition %d read to %d)", tip, partition, end)
+        loading = {self._processed[tip][0] for tip in self._uninitialized}
+        for partition in list(self._ends):
+            if partition not in loading:
+                del self._ends[partition]
+        return sum(1 for tip in self._uninitialized if self._processed[tip][0] not in failed)
+
+
+def _complete(waiter: _Waiter, outcome: BaseException | bool) -> None:
+    if waiter.future.done():
+        return
+    if isinstance(outcome, BaseException):
+        waiter.future.set_exception(outcome)
+    else:
+        waiter.future.set_result(None)

@@ -1,0 +1,165 @@
+"""The metadata topic's producer (Kafka's ``ProducerManager``).
+
+Records are written as Kafka's TBRLMM writes them: a null key, the value from
+``serde.serialize``, no headers, and an explicit partition, the one Kafka's
+``RemoteLogMetadataTopicPartitioner`` computes (``tierlog.metadata.metadata_partition``), so a
+Kafka broker and tierlog read each other's events. The producer is idempotent with
+``acks=all`` (forced by the configuration): librdkafka retries a send through a broker restart
+or a leader change without writing it twice, and keeps the order of the records of a
+partition.
+
+``send`` returns a ``Future`` of ``(partition, offset)``, completed by librdkafka's delivery
+report. Delivery reports are served by a small thread calling ``poll``, so a caller never has
+to, and ``close`` flushes what is in flight before it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Final
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from tierlog.spi import (
+    IllegalStateError,
+    RemoteStorageException,
+    RetriableRemoteStorageException,
+)
+from tierlog_rlmm_topic.client_factory import close_client, new_client
+
+__all__ = ["MetadataProducer", "ProduceError"]
+
+_LOG = logging.getLogger(__name__)
+
+_POLL_S: Final = 0.1
+_QUEUE_FULL_WAIT_S: Final = 30.0
+"""How long ``send`` waits for room in librdkafka's queue before it gives up (retriable)."""
+
+
+class ProduceError(RemoteStorageException):
+    """A metadata record could not be written; the message names the topic, partition and
+    librdkafka's error. ``retriable`` errors come as ``RetriableProduceError``."""
+
+
+class RetriableProduceError(ProduceError, RetriableRemoteStorageException):
+    """A transient failure (timeout, broker unavailable): the same call may succeed later. The
+    record may have been written anyway (librdkafka cannot tell after a timeout); writing it
+    again is harmless, the metadata cache accepts a repeated event."""
+
+
+def _error(topic: str, partition: int, error: KafkaError) -> ProduceError:
+    message = (
+        f"cannot write to the remote log metadata topic {topic} partition {partition}: "
+        f"{error.name()}: {error.str()}"
+    )
+    if error.fatal():
+        return ProduceError(message + " (fatal producer error)")
+    if error.retriable() or error.code() in (
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+    ):
+        return RetriableProduceError(message)
+    return ProduceError(message)
+
+
+class MetadataProducer:
+    """An idempotent producer of metadata records to one topic."""
+
+    def __init__(self, topic: str, configs: Mapping[str, str]) -> None:
+        self._topic = topic
+        self._producer: Producer = new_client(Producer, configs, "producer")
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._fatal: ProduceError | None = None
+        self._poller = threading.Thread(
+            target=self._poll_loop, name=f"rlmm-producer-{topic}", daemon=True
+        )
+        self._poller.start()
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def send(self, partition: int, value: bytes) -> Future[tuple[int, int]]:
+        """Produce ``value`` with a null key to ``partition``; the future gives the record's
+        ``(partition, offset)`` once the cluster acknowledged it (``acks=all``), or fails with
+        a ``ProduceError``."""
+        future: Future[tuple[int, int]] = Future()
+        future.set_running_or_notify_cancel()
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                exc = _error(self._topic, partition, error)
+                if error.fatal():
+                    self._fatal = exc
+                    _LOG.error("%s", exc)
+                future.set_exception(exc)
+                return
+            offset = message.offset()
+            if offset is None or offset < 0:
+                future.set_exception(
+                    ProduceError(f"{self._topic} partition {partition}: no offset was reported")
+                )
+                return
+            future.set_result((partition, offset))
+
+        deadline = time.monotonic() + _QUEUE_FULL_WAIT_S
+        while True:
+            with self._lock:
+                if self._closed.is_set():
+                    raise IllegalStateError("the RLMM's metadata producer is closed")
+                if self._fatal is not None:
+                    raise self._fatal
+                try:
+                    self._producer.produce(
+                        self._topic,
+                        value=value,
+                        key=None,
+                        partition=partition,
+                        on_delivery=delivered,
+                    )
+                    return future
+                except BufferError:
+                    pass  # librdkafka's queue is full: let the poll thread drain it
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else None
+                    if isinstance(error, KafkaError):
+                        raise _error(self._topic, partition, error) from exc
+                    raise ProduceError(f"cannot write to {self._topic}: {exc}") from exc
+            if time.monotonic() > deadline:
+                raise RetriableProduceError(
+                    f"the producer queue of {self._topic} stayed full for {_QUEUE_FULL_WAIT_S}s"
+                )
+            time.sleep(0.01)
+
+    def _poll_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._producer.poll(_POLL_S)
+            except Exception:  # a delivery callback must never stop the loop
+                _LOG.exception("error while serving the metadata producer's delivery reports")
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush what is in flight (up to ``timeout`` seconds), then stop; idempotent."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+        self._poller.join()
+        remaining = self._producer.flush(timeout)
+        if remaining:
+            _LOG.warning(
+                "%d metadata record(s) were still in flight to %s when the producer closed",
+                remaining,
+                self._topic,
+            )
+        close_client(self._producer)
+
+    def __repr__(self) -> str:
+        return f"MetadataProducer(topic={self._topic!r})"
