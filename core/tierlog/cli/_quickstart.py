@@ -355,14 +355,66 @@ def _plan(size_mib: float, record_bytes: int, partitions: int) -> _Plan:
     )
 
 
-def _config_props(log_dir: Path, partitions: int, segment: int, local: int) -> dict[str, object]:
+BOOTSTRAP_SERVERS_KEY: Final = "rlmm.config.remote.log.metadata.common.client.bootstrap.servers"
+"""Where the ``topic`` RLMM finds its Kafka cluster (Kafka's key, with the RLMM prefix)."""
+
+TOPIC_RLMM_QUICKSTART_DEFAULTS: Final = {
+    "rlmm.config.remote.log.metadata.topic.replication.factor": 1,
+    "rlmm.config.remote.log.metadata.topic.min.isr": 1,
+}
+"""A quickstart runs against whatever cluster it is given, often a single broker: the metadata
+topic it creates (if absent) is not replicated unless ``--rlmm-config`` says otherwise."""
+
+
+@dataclass(frozen=True)
+class MetadataChoice:
+    """Which RLMM the quickstart's node uses: ``embedded`` (the default, nothing else needed)
+    or ``topic`` (Kafka's ``__remote_log_metadata`` on a real cluster, the ``rlmm_topic``
+    plugin), with extra ``rlmm.config.`` keys."""
+
+    name: str = "embedded"
+    bootstrap_servers: str | None = None
+    config: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.name not in ("embedded", "topic"):
+            raise InvalidArgumentError(f"--rlmm {self.name}: must be embedded or topic")
+        if self.name == "topic" and not self.bootstrap_servers:
+            raise InvalidArgumentError(
+                "--rlmm topic needs --bootstrap-servers HOST:PORT (the Kafka cluster that "
+                "holds __remote_log_metadata)"
+            )
+        if self.name == "embedded" and (self.bootstrap_servers or self.config):
+            raise InvalidArgumentError(
+                "--bootstrap-servers and --rlmm-config apply to --rlmm topic only"
+            )
+
+    def props(self) -> dict[str, object]:
+        """The node's RLMM keys."""
+        props: dict[str, object] = {"remote.log.metadata.manager.class.name": self.name}
+        if self.name == "topic":
+            props[BOOTSTRAP_SERVERS_KEY] = self.bootstrap_servers
+            props |= TOPIC_RLMM_QUICKSTART_DEFAULTS
+            for key, value in self.config:
+                props[f"rlmm.config.{key.removeprefix('rlmm.config.')}"] = value
+        return props
+
+    def describe(self) -> str:
+        if self.name == "embedded":
+            return "local RSM and embedded RLMM under log.dirs"
+        return f"local RSM, topic RLMM on the Kafka cluster at {self.bootstrap_servers}"
+
+
+def _config_props(
+    log_dir: Path, partitions: int, segment: int, local: int, metadata: MetadataChoice
+) -> dict[str, object]:
     return {
         "node.id": 0,
         "log.dirs": str(log_dir),
         "num.partitions": partitions,
         "remote.log.storage.system.enable": True,
         "remote.log.storage.manager.class.name": "local",
-        "remote.log.metadata.manager.class.name": "embedded",
+        **metadata.props(),
         "remote.log.manager.task.interval.ms": TASK_INTERVAL_MS,
         "log.retention.check.interval.ms": TASK_INTERVAL_MS,
         "log.segment.bytes": segment,
@@ -397,12 +449,14 @@ def run_quickstart(
     err: TextIO | None = None,
     timeout_s: float | None = None,
     after_tiering: Callable[[Node], None] | None = None,
+    metadata: MetadataChoice | None = None,
 ) -> QuickstartResult:
     """Run the quickstart (module docstring) and return what it measured.
 
     ``timeout_s`` bounds each wait for the periodic tasks (default: 60 s plus 1 s per 10 MiB).
     ``after_tiering`` is called with the running node once the local log has been cut, before
-    anything is read back (tests use it to damage remote data and see the run fail). Invalid
+    anything is read back (tests use it to damage remote data and see the run fail).
+    ``metadata`` chooses the RLMM (default: ``embedded``). Invalid
     options raise ``InvalidArgumentError``; a record read back wrong is a problem in the result,
     not an exception.
     """
@@ -413,12 +467,13 @@ def run_quickstart(
     directory, created = _prepare_directory(directory)
     wait_s = timeout_s if timeout_s is not None else 60.0 + size_mib / 10
     config_path = directory / CONFIG_FILE
-    props = _config_props(directory / "logs", partitions, segment, local)
+    metadata = metadata or MetadataChoice()
+    props = _config_props(directory / "logs", partitions, segment, local, metadata)
     config_text = format_properties(
         props,
         comments=[
-            "Written by `tierlog quickstart`: a node on the embedded defaults (local RSM and",
-            "embedded RLMM under log.dirs), tiering every second. Rerun it with",
+            f"Written by `tierlog quickstart`: a node with the {metadata.describe()},",
+            "tiering every second. Rerun it with",
             f"  tierlog serve --config {config_path}",
         ],
     )
@@ -747,6 +802,26 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--partitions", type=int, default=1, help="partitions of the topic (default 1)"
     )
+    parser.add_argument(
+        "--rlmm",
+        choices=("embedded", "topic"),
+        default="embedded",
+        help="the metadata manager: embedded (default, local files) or topic (Kafka's "
+        "__remote_log_metadata on a real cluster; needs the rlmm_topic plugin)",
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT[,...]",
+        help="--rlmm topic: the Kafka cluster holding __remote_log_metadata",
+    )
+    parser.add_argument(
+        "--rlmm-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--rlmm topic: an rlmm.config. key (prefix optional), e.g. "
+        "remote.log.metadata.topic.replication.factor=3 (repeatable)",
+    )
     keep = parser.add_mutually_exclusive_group()
     keep.add_argument(
         "--keep",
@@ -765,12 +840,20 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tierlog.properties import parse_overrides
+
+    metadata = MetadataChoice(
+        args.rlmm,
+        args.bootstrap_servers,
+        tuple(parse_overrides(args.rlmm_config).items()),
+    )
     result = run_quickstart(
         args.dir,
         size_mib=args.size_mib,
         record_bytes=args.record_bytes,
         partitions=args.partitions,
         keep=args.keep,
+        metadata=metadata,
     )
     print(result.summary())
     if not result.ok:

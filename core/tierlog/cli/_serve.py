@@ -3,11 +3,15 @@
 Usage::
 
     tierlog serve --config server.properties [--override key=value ...]
+                  [--rlmm NAME] [--bootstrap-servers HOST:PORT]
                   [--progress-interval SECONDS] [--ready-file PATH]
 
 The configuration is a ``server.properties`` file as ``kafka-server-start`` reads
-(``tierlog.node.config``); ``--override`` replaces a key, as Kafka's does. Logging goes to
-stderr in ``tierlog.log.format`` (``text`` or ``json``) at ``tierlog.log.level`` (``-v``: debug).
+(``tierlog.node.config``); ``--override`` replaces a key, as Kafka's does. ``--rlmm topic
+--bootstrap-servers H:P`` is short for the two keys that put the metadata on a Kafka cluster's
+``__remote_log_metadata`` (the ``rlmm_topic`` plugin); an ``--override`` of the same key wins.
+Logging goes to stderr in ``tierlog.log.format`` (``text`` or ``json``) at
+``tierlog.log.level`` (``-v``: debug).
 
 Once the API listens, the first line on stdout is ``Listening on http://HOST:PORT`` (also
 logged), so a script that set ``tierlog.http.port=0`` learns the port; ``--ready-file`` also
@@ -65,6 +69,18 @@ def add_parser(commands: Any) -> None:
         help="replace a configuration key (repeatable), as kafka-server-start's --override",
     )
     parser.add_argument(
+        "--rlmm",
+        metavar="NAME",
+        help="the metadata manager (remote.log.metadata.manager.class.name), e.g. embedded or "
+        "topic; --override wins over it",
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT[,...]",
+        help="the Kafka cluster of the topic RLMM "
+        "(rlmm.config.remote.log.metadata.common.client.bootstrap.servers)",
+    )
+    parser.add_argument(
         "--progress-interval",
         type=float,
         default=10.0,
@@ -106,6 +122,25 @@ def progress_line(statuses: Iterable[PartitionStatus]) -> str:
     return "progress: " + "; ".join(parts)
 
 
+RLMM_CLASS_KEY = "remote.log.metadata.manager.class.name"
+RLMM_PREFIX_KEY = "remote.log.metadata.manager.impl.prefix"
+BOOTSTRAP_SERVERS_SUFFIX = "remote.log.metadata.common.client.bootstrap.servers"
+
+
+def shorthand_overrides(
+    props: dict[str, str], rlmm: str | None, bootstrap_servers: str | None
+) -> dict[str, str]:
+    """The keys ``--rlmm`` and ``--bootstrap-servers`` stand for (the latter under the
+    configured ``remote.log.metadata.manager.impl.prefix``, ``rlmm.config.`` by default)."""
+    overrides: dict[str, str] = {}
+    if rlmm is not None:
+        overrides[RLMM_CLASS_KEY] = rlmm
+    if bootstrap_servers is not None:
+        prefix = props.get(RLMM_PREFIX_KEY, "rlmm.config.")
+        overrides[f"{prefix}{BOOTSTRAP_SERVERS_SUFFIX}"] = bootstrap_servers
+    return overrides
+
+
 def _configure_logging(props: dict[str, str], verbose: int) -> None:
     from tierlog.logging_setup import configure_logging
 
@@ -142,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         print("tierlog: error: --progress-interval must be >= 0", file=sys.stderr)
         return 2
     props = load_properties(args.config)  # ConfigError if unreadable: main prints it
+    props.update(shorthand_overrides(props, args.rlmm, args.bootstrap_servers))
     props.update(parse_overrides(args.override))
     _configure_logging(props, args.verbose)
     config = NodeConfig.from_props(props, source=args.config)  # ConfigError: main prints it
