@@ -23,7 +23,8 @@ when the client is created (``TopicBasedRemoteLogMetadataManager.configure`` rep
   ``ssl.endpoint.identification.algorithm=`` (empty: no host name check) becomes ``none``.
 - A few keys have another name (``receive.buffer.bytes`` -> ``socket.receive.buffer.bytes``,
   ``send.buffer.bytes`` -> ``socket.send.buffer.bytes``, ``max.request.size`` ->
-  ``message.max.bytes``, ``buffer.memory`` in bytes -> ``queue.buffering.max.kbytes``).
+  ``message.max.bytes``, ``fetch.max.wait.ms`` -> ``fetch.wait.max.ms``, ``buffer.memory`` in
+  bytes -> ``queue.buffering.max.kbytes``).
 - Keys only the Java client has (serializers, ``client.dns.lookup``, metric reporters, JCA
   provider settings, ...) are dropped with a WARNING naming them: they configure the JVM's
   client, and have no effect on what is written or read.
@@ -47,6 +48,7 @@ RENAMED_KEYS: Final[Mapping[str, str]] = {
     "receive.buffer.bytes": "socket.receive.buffer.bytes",
     "send.buffer.bytes": "socket.send.buffer.bytes",
     "max.request.size": "message.max.bytes",
+    "fetch.max.wait.ms": "fetch.wait.max.ms",
 }
 """Java client key -> librdkafka key, for the same setting under another name."""
 

@@ -173,6 +173,9 @@ _CONSUMER_DEFAULTS: Final = {
     "fetch.max.bytes": str(8 * 1024 * 1024),
     # The Java consumer's default; librdkafka's is read_committed.
     "isolation.level": "read_uncommitted",
+    # A seek (every new assignment replays from the beginning) waits for the fetch in flight;
+    # 500 ms (both clients' default) would be added to every replay.
+    "fetch.wait.max.ms": "100",
 }
 
 

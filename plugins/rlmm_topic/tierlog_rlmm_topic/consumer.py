@@ -66,8 +66,9 @@ __all__ = ["ConsumerTask"]
 
 _LOG = logging.getLogger(__name__)
 
-DEFAULT_POLL_TIMEOUT_S: Final = 0.1
-"""Kafka's ConsumerTask polls for 100 ms; the thread also wakes this often to expire waits."""
+DEFAULT_POLL_TIMEOUT_S: Final = 0.05
+"""How long one poll blocks: how soon the thread sees a new assignment, expires waits, and
+stops (Kafka's ConsumerTask polls for 100 ms)."""
 DEFAULT_BATCH: Final = 1000
 _WATERMARK_TIMEOUT_S: Final = 5.0
 _ERROR_LOG_INTERVAL_S: Final = 30.0
@@ -110,6 +111,14 @@ class ConsumerTask:
         self._batch = batch
         self._monotonic = monotonic
         self._consumer: Consumer = new_client(Consumer, configs, "consumer")
+        # End offsets are asked through a second client: librdkafka queues a ListOffsets
+        # request behind the consumer's own long-poll fetch (up to fetch.wait.max.ms, 500 ms),
+        # which every assignment would wait for.
+        try:
+            self._offsets: Consumer = new_client(Consumer, configs, "consumer")
+        except BaseException:
+            close_client(self._consumer)
+            raise
         self._meter = ReplayMeter(topic, progress or ReplayProgressSettings(), monotonic)
         self._cond = threading.Condition()
         # Shared state, under _cond.
@@ -205,13 +214,16 @@ class ConsumerTask:
             _complete(waiter, outcome)
         return waiter.future
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop the thread and close the consumer; pending waits fail. Idempotent."""
+    def stop(self) -> None:
+        """Ask the thread to stop, without waiting (``close`` waits); lets a caller close
+        other clients meanwhile."""
         with self._cond:
-            if self._closed:
-                return
             self._closed = True
             self._cond.notify_all()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the thread and close the consumer; pending waits fail. Idempotent."""
+        self.stop()
         if self._thread.is_alive():
             self._thread.join(timeout)
         if not self._thread.is_alive():
@@ -323,6 +335,7 @@ class ConsumerTask:
                 return
             self._consumer_closed = True
         close_client(self._consumer)
+        close_client(self._offsets)
 
     def _learn_leaders(self) -> None:
         """Fetch the topic's metadata once: a partition assigned while librdkafka does not know
@@ -330,6 +343,7 @@ class ConsumerTask:
         replay would pay."""
         try:
             self._consumer.list_topics(self._topic, timeout=_WATERMARK_TIMEOUT_S)
+            self._offsets.list_topics(self._topic, timeout=_WATERMARK_TIMEOUT_S)
         except KafkaException as exc:  # the assignment will find out the same, and retry
             _LOG.info("cannot read the metadata of %s yet: %s", self._topic, exc)
 
@@ -359,27 +373,7 @@ class ConsumerTask:
                     # add_assignments created while this thread was reading.
                     self._applier.load(tip)
         self._processed = desired
-        with self._cond:
-            failed = set(self._failures)
-        partitions = sorted(needed - failed)
-        assignment = []
-        for partition in partitions:
-            if partition in self._read_by_meta:
-                offset = self._read_by_meta[partition] + 1
-            elif partition in self._eof:
-                offset = self._eof[partition]
-            else:
-                offset = OFFSET_BEGINNING
-            assignment.append(KafkaTopicPartition(self._topic, partition, offset))
-        if assignment:
-            self._consumer.assign(assignment)
-            resumed = [KafkaTopicPartition(self._topic, p) for p in sorted(replayed) if p in needed]
-            if resumed:
-                # A partition paused on an unreadable record is read again from the start.
-                self._consumer.resume(resumed)
-        elif self._assigned:
-            self._consumer.unassign()
-        self._assigned = set(partitions)
+        self._update_assignment(needed, replayed)
         if new:
             _LOG.info(
                 "assigned %d new user partition(s) of %d; replaying metadata partition(s) %s of %s",
@@ -389,6 +383,44 @@ class ConsumerTask:
                 self._topic,
             )
 
+    def _update_assignment(self, needed: set[int], replayed: set[int]) -> None:
+        """Assign, unassign and seek incrementally: a metadata partition that stays assigned
+        keeps its fetch state (a full ``assign()`` would make librdkafka look its leader up
+        again, a 500 ms wait per reassignment). A partition stopped on an unreadable record
+        stays assigned and paused until it is replayed or no longer needed."""
+        topic = self._topic
+        removed = sorted(self._assigned - needed)
+        added = sorted(needed - self._assigned)
+        rewound = sorted((replayed & self._assigned) & needed)
+        if removed:
+            self._consumer.incremental_unassign([KafkaTopicPartition(topic, p) for p in removed])
+        if added:
+            self._consumer.incremental_assign(
+                [KafkaTopicPartition(topic, p, self._start_offset(p)) for p in added]
+            )
+        for partition in rewound:
+            try:
+                self._consumer.seek(KafkaTopicPartition(topic, partition, OFFSET_BEGINNING))
+            except KafkaException as exc:  # not fetching yet: assign it afresh instead
+                _LOG.debug(
+                    "seek of %s partition %d failed (%s): reassigning", topic, partition, exc
+                )
+                self._consumer.incremental_unassign([KafkaTopicPartition(topic, partition)])
+                self._consumer.incremental_assign(
+                    [KafkaTopicPartition(topic, partition, OFFSET_BEGINNING)]
+                )
+        if rewound:
+            # A partition paused on an unreadable record is read again from the start.
+            self._consumer.resume([KafkaTopicPartition(topic, p) for p in rewound])
+        self._assigned = set(needed)
+
+    def _start_offset(self, partition: int) -> int:
+        """Where a newly assigned metadata partition starts: after what was read, else at the
+        beginning."""
+        if partition in self._read_by_meta:
+            return self._read_by_meta[partition] + 1
+        return self._eof.get(partition, OFFSET_BEGINNING)
+
     def _capture_end_offsets(self) -> None:
         """The end offsets the loading partitions must reach (once per replay)."""
         if not self._uninitialized:
@@ -396,7 +428,7 @@ class ConsumerTask:
         wanted = {self._processed[tip][0] for tip in self._uninitialized} & self._assigned
         for partition in sorted(wanted - self._ends.keys()):
             try:
-                begin, end = self._consumer.get_watermark_offsets(
+                begin, end = self._offsets.get_watermark_offsets(
                     KafkaTopicPartition(self._topic, partition),
                     timeout=_WATERMARK_TIMEOUT_S,
                     cached=False,
@@ -484,7 +516,7 @@ class ConsumerTask:
         self._meter.drop(partition)
         try:
             self._consumer.pause([KafkaTopicPartition(self._topic, partition)])
-        except KafkaException as pause_error:  # it is also left out of every later assign()
+        except KafkaException as pause_error:  # its records are skipped anyway
             _LOG.warning("cannot pause %s partition %d: %s", self._topic, partition, pause_error)
 
     def _consumer_error(self, error: KafkaError) -> None:

@@ -399,6 +399,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 return
             self._closed = True
             producer, consumer = self._producer, self._consumer
+        if consumer is not None:
+            consumer.stop()  # stops while the producer flushes
         if producer is not None:
             producer.close()
         if consumer is not None:

@@ -35,7 +35,9 @@ __all__ = ["MetadataProducer", "ProduceError"]
 
 _LOG = logging.getLogger(__name__)
 
-_POLL_S: Final = 0.1
+_POLL_S: Final = 0.05
+"""How long the delivery-report thread blocks in one ``poll``: also how long ``close`` waits
+for it."""
 _QUEUE_FULL_WAIT_S: Final = 30.0
 """How long ``send`` waits for room in librdkafka's queue before it gives up (retriable)."""
 

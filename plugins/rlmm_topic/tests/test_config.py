@@ -1,0 +1,355 @@
+"""The ``topic`` RLMM's configuration: Kafka's keys and defaults, the client prefixes, the
+translation of Java client keys to librdkafka's, and the errors (no broker needed)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+from tierlog_rlmm_topic import CONFIG_KEYS, TopicRlmmConfig
+from tierlog_rlmm_topic.clients import translate
+from tierlog_rlmm_topic.config import DEFAULT_TOPIC_NAME
+
+from tierlog.spi import ConfigError
+
+SERVERS = "remote.log.metadata.common.client.bootstrap.servers"
+
+
+def parse(**extra: str) -> TopicRlmmConfig:
+    """A configuration with a node id and bootstrap servers, plus ``extra`` (``__`` is ``.``)."""
+    configs = {"node.id": "7", SERVERS: "k1:9092,k2:9092"}
+    configs.update({key.replace("__", "."): value for key, value in extra.items()})
+    return TopicRlmmConfig.from_configs(configs)
+
+
+def test_kafka_defaults() -> None:
+    config = parse()
+    assert (
+        config.num_partitions,
+        config.replication_factor,
+        config.retention_ms,
+        config.min_isr,
+        config.consume_wait_ms,
+        config.initialization_retry_max_timeout_ms,
+        config.initialization_retry_interval_ms,
+    ) == (50, 3, -1, 2, 120_000, 120_000, 100)
+    assert config.topic_name == DEFAULT_TOPIC_NAME == "__remote_log_metadata"
+    assert config.node_id == 7
+    assert config.bootstrap_servers == "k1:9092,k2:9092"
+    assert config.topic_configs() == {
+        "retention.ms": "-1",
+        "cleanup.policy": "delete",
+        "remote.storage.enable": "false",
+        "min.insync.replicas": "2",
+    }
+
+
+def test_every_key_is_documented() -> None:
+    assert TopicRlmmConfig.keys() == {key.name for key in CONFIG_KEYS}
+    assert all(key.doc and key.default for key in CONFIG_KEYS)
+
+
+def test_kafka_keys_are_read() -> None:
+    config = TopicRlmmConfig.from_configs(
+        {
+            "broker.id": "3",
+            SERVERS: "k:1",
+            "remote.log.metadata.topic.num.partitions": "5",
+            "remote.log.metadata.topic.replication.factor": "1",
+            "remote.log.metadata.topic.retention.ms": "604800000",
+            "remote.log.metadata.topic.min.isr": "1",
+            "remote.log.metadata.consume.wait.ms": "5000",
+            "remote.log.metadata.initialization.retry.max.timeout.ms": "3000",
+            "remote.log.metadata.initialization.retry.interval.ms": "50",
+            "remote.log.metadata.topic.name": "my-metadata",
+            "log.dir": "/var/kafka",
+            "cluster.id": "abc",
+        }
+    )
+    assert config.node_id == 3  # broker.id stands in for node.id
+    assert (config.num_partitions, config.replication_factor, config.min_isr) == (5, 1, 1)
+    assert (config.retention_ms, config.consume_wait_ms) == (604_800_000, 5000)
+    assert (
+        config.initialization_retry_max_timeout_ms,
+        config.initialization_retry_interval_ms,
+    ) == (3000, 50)
+    assert (config.topic_name, config.log_dir, config.cluster_id) == (
+        "my-metadata",
+        "/var/kafka",
+        "abc",
+    )
+    assert config.topic_configs()["retention.ms"] == "604800000"
+
+
+def test_node_id_is_required() -> None:
+    with pytest.raises(ConfigError, match=r"node\.id \(or the deprecated broker\.id\)"):
+        TopicRlmmConfig.from_configs({SERVERS: "k:1"})
+
+
+def test_node_id_wins_over_broker_id() -> None:
+    assert parse(broker__id="9").node_id == 7
+
+
+def test_bootstrap_servers_are_required() -> None:
+    with pytest.raises(ConfigError, match=re.escape(SERVERS)):
+        TopicRlmmConfig.from_configs({"node.id": "1"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("remote.log.metadata.topic.num.partitions", "0", "at least 1"),
+        ("remote.log.metadata.topic.num.partitions", "x", "Not a number"),
+        ("remote.log.metadata.topic.replication.factor", "0", "at least 1"),
+        ("remote.log.metadata.topic.replication.factor", "40000", "no more than 32767"),
+        ("remote.log.metadata.topic.min.isr", "0", "at least 1"),
+        ("remote.log.metadata.topic.retention.ms", "0", r"-1 \(unlimited\) or greater than 0"),
+        ("remote.log.metadata.topic.retention.ms", "-2", r"-1 \(unlimited\) or greater than 0"),
+        ("remote.log.metadata.consume.wait.ms", "-1", "at least 0"),
+        ("remote.log.metadata.initialization.retry.max.timeout.ms", "-1", "at least 0"),
+        ("remote.log.metadata.initialization.retry.interval.ms", "-5", "at least 0"),
+        ("remote.log.metadata.topic.name", " ", "non-empty"),
+        ("node.id", "one", "Not a number"),
+    ],
+)
+def test_bad_values_name_the_key(key: str, value: str, message: str) -> None:
+    configs = {"node.id": "1", SERVERS: "k:1", key: value}
+    with pytest.raises(ConfigError, match=message) as caught:
+        TopicRlmmConfig.from_configs(configs)
+    assert key in str(caught.value)
+
+
+def test_unknown_keys_are_reported_with_a_suggestion(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        parse(remote__log__metadata__topic__num__partiton="5", something__else="1")
+    text = caplog.text
+    assert "remote.log.metadata.topic.num.partiton" in text
+    assert "did you mean remote.log.metadata.topic.num.partitions?" in text
+    assert "something.else" in text
+
+
+def test_specific_prefixes_override_the_common_one() -> None:
+    config = TopicRlmmConfig.from_configs(
+        {
+            "node.id": "2",
+            SERVERS: "common:1",
+            "remote.log.metadata.common.client.linger.ms": "7",
+            "remote.log.metadata.producer.linger.ms": "9",
+            "remote.log.metadata.consumer.bootstrap.servers": "consumer:2",
+            "remote.log.metadata.admin.socket.timeout.ms": "1234",
+        }
+    )
+    assert config.producer["linger.ms"] == "9"
+    assert config.consumer["linger.ms"] == "7"
+    assert config.producer["bootstrap.servers"] == "common:1"
+    assert config.consumer["bootstrap.servers"] == "consumer:2"
+    assert config.admin["bootstrap.servers"] == "common:1"
+    assert config.admin["socket.timeout.ms"] == "1234"
+    assert "socket.timeout.ms" not in config.producer
+
+
+def test_forced_client_settings_as_kafka(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        config = parse(
+            remote__log__metadata__producer__acks="1",
+            remote__log__metadata__consumer__enable__auto__commit="true",
+            remote__log__metadata__common__client__client__id="mine",
+        )
+    assert config.producer["acks"] == "all"
+    assert config.producer["enable.idempotence"] == "true"
+    assert config.producer["client.id"] == "__remote_log_metadata_client_7_producer"
+    assert config.consumer["client.id"] == "__remote_log_metadata_client_7_consumer"
+    assert config.admin["client.id"] == "__remote_log_metadata_client_7_admin"
+    assert config.consumer["enable.auto.commit"] == "false"
+    assert config.consumer["auto.offset.reset"] == "earliest"
+    assert config.consumer["group.id"]  # librdkafka needs one; it is never joined
+    assert "remote.log.metadata.producer.acks=1 is overridden" in caplog.text
+    assert "remote.log.metadata.consumer.enable.auto.commit=true is overridden" in caplog.text
+    assert "remote.log.metadata.common.client.client.id is overridden" in caplog.text
+
+
+def test_consumer_memory_is_bounded_unless_set() -> None:
+    config = parse()
+    assert config.consumer["queued.max.messages.kbytes"] == "16384"
+    assert config.consumer["fetch.max.bytes"] == str(8 * 1024 * 1024)
+    assert config.consumer["isolation.level"] == "read_uncommitted"
+    custom = parse(remote__log__metadata__consumer__queued__max__messages__kbytes="1024")
+    assert custom.consumer["queued.max.messages.kbytes"] == "1024"
+    assert "queued.max.messages.kbytes" not in custom.producer
+
+
+def test_secrets_stay_out_of_repr() -> None:
+    config = parse(
+        remote__log__metadata__common__client__sasl__jaas__config=(
+            'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" '
+            'password="s3cret";'
+        )
+    )
+    assert config.producer["sasl.password"] == "s3cret"
+    assert "s3cret" not in repr(config)
+
+
+# Java client keys -> librdkafka ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "module",
+    [
+        "org.apache.kafka.common.security.plain.PlainLoginModule",
+        "org.apache.kafka.common.security.scram.ScramLoginModule",
+    ],
+)
+def test_jaas_username_and_password(module: str) -> None:
+    translated = translate(
+        {
+            "sasl.jaas.config": f'{module} required username="alice" password="p\\"w;d";',
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+        }
+    )
+    assert translated.properties == {
+        "sasl.username": "alice",
+        "sasl.password": 'p"w;d',
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+    }
+
+
+def test_jaas_kerberos_and_oauth() -> None:
+    kerberos = translate(
+        {
+            "sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule required "
+            'useKeyTab=true keyTab="/etc/k.keytab" principal="kafka/h@R";'
+        }
+    )
+    assert kerberos.properties == {
+        "sasl.kerberos.keytab": "/etc/k.keytab",
+        "sasl.kerberos.principal": "kafka/h@R",
+    }
+    oauth = translate(
+        {
+            "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
+            'OAuthBearerLoginModule required clientId="id" clientSecret="sec" scope="s";'
+        }
+    )
+    assert oauth.properties == {
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.client.id": "id",
+        "sasl.oauthbearer.client.secret": "sec",
+        "sasl.oauthbearer.scope": "s",
+    }
+
+
+def test_jaas_errors_name_the_key() -> None:
+    where = {"sasl.jaas.config": "remote.log.metadata.common.client.sasl.jaas.config"}
+    with pytest.raises(ConfigError, match=r"common\.client\.sasl\.jaas\.config.*cannot be"):
+        translate({"sasl.jaas.config": "com.example.MyLoginModule required;"}, where)
+    with pytest.raises(ConfigError, match="PlainLoginModule needs password"):
+        translate(
+            {"sasl.jaas.config": "x.PlainLoginModule required username=u;"},
+        )
+    with pytest.raises(ConfigError, match="cannot read the JAAS configuration"):
+        translate({"sasl.jaas.config": 'username="u"'})
+
+
+def test_pem_truststore_and_pkcs12_keystore() -> None:
+    translated = translate(
+        {
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": "/etc/ca.pem",
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": "/etc/client.p12",
+            "ssl.keystore.password": "kp",
+            "ssl.key.password": "k",
+            "ssl.endpoint.identification.algorithm": "",
+        }
+    )
+    assert translated.properties == {
+        "ssl.ca.location": "/etc/ca.pem",
+        "ssl.keystore.location": "/etc/client.p12",
+        "ssl.keystore.password": "kp",
+        "ssl.key.password": "k",
+        "ssl.endpoint.identification.algorithm": "none",
+    }
+
+
+def test_pem_keystore_and_inline_pem() -> None:
+    translated = translate(
+        {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": "/etc/client.pem",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.certificates": "-----BEGIN CERTIFICATE-----...",
+        }
+    )
+    assert translated.properties == {
+        "ssl.certificate.location": "/etc/client.pem",
+        "ssl.key.location": "/etc/client.pem",
+        "ssl.ca.pem": "-----BEGIN CERTIFICATE-----...",
+    }
+    inline = translate(
+        {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.certificate.chain": "CHAIN",
+            "ssl.keystore.key": "KEY",
+        }
+    )
+    assert inline.properties == {"ssl.certificate.pem": "CHAIN", "ssl.key.pem": "KEY"}
+
+
+@pytest.mark.parametrize(
+    ("props", "key", "advice"),
+    [
+        ({"ssl.truststore.location": "/t.jks"}, "ssl.truststore.location", "convert it to PEM"),
+        (
+            {"ssl.truststore.location": "/t.p12", "ssl.truststore.type": "PKCS12"},
+            "ssl.truststore.location",
+            "convert it to PEM",
+        ),
+        ({"ssl.keystore.location": "/k.jks"}, "ssl.keystore.location", "convert it to PKCS12"),
+    ],
+)
+def test_java_keystores_are_refused_with_advice(
+    props: dict[str, str], key: str, advice: str
+) -> None:
+    prefixed = "remote.log.metadata.consumer." + key
+    with pytest.raises(ConfigError, match=advice) as caught:
+        translate(props, {key: prefixed})
+    assert prefixed in str(caught.value)
+
+
+def test_java_only_keys_are_dropped_and_reported(caplog: pytest.LogCaptureFixture) -> None:
+    translated = translate(
+        {
+            "key.serializer": "org.apache.kafka.common.serialization.ByteArraySerializer",
+            "client.dns.lookup": "use_all_dns_ips",
+            "linger.ms": "5",
+        },
+        {"client.dns.lookup": "remote.log.metadata.common.client.client.dns.lookup"},
+    )
+    assert translated.properties == {"linger.ms": "5"}
+    assert translated.dropped == (
+        "key.serializer",
+        "remote.log.metadata.common.client.client.dns.lookup",
+    )
+    with caplog.at_level(logging.WARNING):
+        parse(remote__log__metadata__producer__value__serializer="x")
+    assert "remote.log.metadata.producer.value.serializer" in caplog.text
+
+
+def test_renamed_keys() -> None:
+    translated = translate(
+        {
+            "receive.buffer.bytes": "65536",
+            "send.buffer.bytes": "131072",
+            "max.request.size": "2000000",
+            "fetch.max.wait.ms": "250",
+            "buffer.memory": "33554432",
+        }
+    )
+    assert translated.properties == {
+        "socket.receive.buffer.bytes": "65536",
+        "socket.send.buffer.bytes": "131072",
+        "message.max.bytes": "2000000",
+        "fetch.wait.max.ms": "250",
+        "queue.buffering.max.kbytes": "32768",
+    }
