@@ -63,98 +63,14 @@ from ._dump import (
     tierlog_dump,
     tierlog_dump_json,
 )
+from ._produce import produce_mix, record_args
 
 SEGMENT_BYTES = 16_384
 """Small segments so that several roll. ``segment.bytes`` has a 1 MiB minimum in Kafka 4.x;
 ``internal.segment.bytes`` is the topic config Kafka's own tests use to go below it."""
 
-CODECS = (None, "gzip", "snappy", "lz4", "zstd")
 INDEX_SUFFIXES = (".index", ".timeindex")
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
-
-
-# --- what is produced -----------------------------------------------------------------------------
-
-
-VALUES: tuple[bytes | None, ...] = (
-    b"plain ascii value",
-    b"",
-    None,
-    "non-ASCII: é € 😀 ключ".encode(),
-    b"\xff\xfe invalid \xe2\x82 utf-8 \xc3",
-    b"x" * 3000,
-    b"tab\tand spaces  ",
-    bytes(range(32, 127)),
-)
-KEYS: tuple[bytes | None, ...] = (None, b"k", b"key-with-dash", "ключ".encode(), b"")
-HEADERS: tuple[list[tuple[str, bytes]], ...] = (
-    [],
-    [("h", b"x")],
-    [("trace-id", b"abc"), ("empty", b""), ("ключ", b"\x00\x01")],
-)
-
-
-def record_args(i: int, now_ms: int) -> dict[str, Any]:
-    """The i-th record: key, value, headers and a timestamp (every 5th one older than the
-    previous ones, so a batch's max timestamp is not its last record's)."""
-    key = KEYS[i % len(KEYS)]
-    value = VALUES[i % len(VALUES)]
-    if key is None and value is None:  # kafka-python refuses a record with neither
-        key = b"k"
-    timestamp = now_ms - 60_000 if i % 5 == 4 else now_ms - 10_000 + i
-    return {
-        "key": key,
-        "value": value,
-        "headers": HEADERS[i % len(HEADERS)],
-        "timestamp_ms": timestamp,
-    }
-
-
-def produce_mix(broker: Service, topic: str) -> None:
-    """Every codec (several batches each), a non-idempotent producer and a transactional one
-    that commits, aborts (after its records were written) and commits again."""
-    now_ms = int(time.time() * 1000)
-    n = 0
-    for codec in CODECS:
-        producer = KafkaProducer(
-            bootstrap_servers=broker.url, compression_type=codec, linger_ms=5, batch_size=3000
-        )
-        for _ in range(40):
-            producer.send(topic, **record_args(n, now_ms))
-            n += 1
-        producer.flush()
-        producer.close()
-    plain = KafkaProducer(bootstrap_servers=broker.url, enable_idempotence=False, acks=1)
-    for _ in range(10):
-        plain.send(topic, **record_args(n, now_ms))
-        n += 1
-    plain.flush()
-    plain.close()
-
-    txn = KafkaProducer(
-        bootstrap_servers=broker.url,
-        transactional_id=f"{topic}-txn",
-        compression_type="lz4",
-        linger_ms=5,
-    )
-    txn.init_transactions()
-    for commit in (True, False, True):
-        txn.begin_transaction()
-        for _ in range(12):
-            txn.send(topic, **record_args(n, now_ms))
-            n += 1
-        txn.flush()  # the aborted records are in the log, so the abort indexes them
-        if commit:
-            txn.commit_transaction()
-        else:
-            txn.abort_transaction()
-    txn.close()
-
-    tail = KafkaProducer(bootstrap_servers=broker.url, linger_ms=0)
-    for _ in range(30):
-        tail.send(topic, **record_args(n, now_ms)).get(timeout=60)  # one batch per record
-        n += 1
-    tail.close()
 
 
 def produce_recompressed(broker: Service, topic: str, segments: int = 3) -> None:
@@ -360,21 +276,18 @@ def test_records_agree_with_deep_iteration(broker_partitions: list[Partition]) -
 def test_index_checks_agree(broker_partitions: list[Partition]) -> None:
     """Kafka's ``--verify-index-only`` and ``--index-sanity-check`` find nothing wrong with the
     sealed segments' indexes, and neither does tierlog (exit 0)."""
-    for partition in broker_partitions:
-        indexes = partition.segment_files(INDEX_SUFFIXES)
-        sealed = partition.sealed(indexes)
-        assert sealed
-        verify = dump_log_segments(sealed, "--verify-index-only")
-        assert verify.returncode == 0
-        assert "mismatch" not in verify.stderr.lower()
-        assert "not found" not in verify.stderr
-        assert verify.stdout.count("Dumping ") == len(sealed)
-        ours = tierlog_dump(sealed, "--verify-index")
-        assert ours.returncode == 0, ours.stderr
-
-        # Kafka's sanity check fails on a preallocated time index with entries (its last slot is
-        # zero, below the first timestamp); a broker only checks trimmed files or rebuilds.
-        assert_sanity_checks_pass(sealed)
+    sealed = [f for p in broker_partitions for f in p.sealed(p.segment_files(INDEX_SUFFIXES))]
+    assert {f.parent for f in sealed} == {p.directory for p in broker_partitions}
+    verify = dump_log_segments(sealed, "--verify-index-only")
+    assert verify.returncode == 0
+    assert "mismatch" not in verify.stderr.lower()
+    assert "not found" not in verify.stderr
+    assert verify.stdout.count("Dumping ") == len(sealed)
+    ours = tierlog_dump(sealed, "--verify-index")
+    assert ours.returncode == 0, ours.stderr
+    # Kafka's sanity check fails on a preallocated time index with entries (its last slot is
+    # zero, below the first timestamp); a broker only checks trimmed files or rebuilds.
+    assert_sanity_checks_pass(sealed)
 
 
 def assert_sanity_checks_pass(indexes: Sequence[Path]) -> None:
