@@ -501,3 +501,80 @@ def test_kafka_reads_segments_tierlog_wrote(tierlog_partition: Path) -> None:
     assert verify.returncode == 0
     assert "mismatch" not in verify.stderr.lower() and "not found" not in verify.stderr
     assert_sanity_checks_pass(indexes)
+
+
+# --- damaged segments -----------------------------------------------------------------------------
+
+
+def damaged_copies(segment: Path, into: Path) -> dict[str, Path]:
+    """Copies of a broker-written segment, each damaged one way (named by offset so that both
+    tools accept them)."""
+    data = segment.read_bytes()
+    second = int.from_bytes(data[8:12], "big") + 12  # where the second batch starts
+    flipped = bytearray(data)
+    flipped[second + 70] ^= 0xFF  # inside the second batch's records: its CRC no longer matches
+    damages = {
+        "truncated tail": data[:-10],
+        "bad CRC": bytes(flipped),
+        "trailing garbage": data + b"\x00\x01garbage",
+        "empty": b"",
+    }
+    copies = {}
+    for n, (damage, content) in enumerate(damages.items()):
+        path = into / f"{n:020d}.log"
+        path.write_bytes(content)
+        copies[damage] = path
+    return copies
+
+
+def test_damaged_segments_agree(broker_partitions: list[Partition], tmp_path: Path) -> None:
+    """On damaged copies of a segment the broker wrote, tierlog prints what Kafka's tool prints
+    (a batch whose CRC fails as ``isvalid: false``, then the next ones; a torn tail as ``Found N
+    invalid bytes``), and also says what is wrong and where, with exit code 1."""
+    segment = broker_partitions[0].segment_files((".log",))[0]
+    copies = damaged_copies(segment, tmp_path)
+    files = list(copies.values())
+    kafka_run = dump_log_segments(files)
+    assert kafka_run.returncode == 0, kafka_run.stderr
+    ours_run = tierlog_dump(files)
+    assert ours_run.returncode == 1
+    assert ours_run.stdout.split("\n") == kafka_run.stdout.split("\n")
+    kafka = parse_dump(kafka_run.stdout)
+    assert kafka[str(copies["truncated tail"])].invalid_bytes > 0
+    assert kafka[str(copies["trailing garbage"])].invalid_bytes == 9
+    validity = [b["isvalid"] for b in kafka[str(copies["bad CRC"])].batches]
+    assert validity[:3] == [True, False, True]
+    errors = [line for line in ours_run.stderr.split("\n") if line.startswith("tierlog: error:")]
+    assert len(errors) == 3
+    for damage in ("truncated tail", "bad CRC", "trailing garbage"):
+        assert sum(str(copies[damage]) in line for line in errors) == 1, damage
+
+    # With --deep-iteration too, but for the bad CRC, where Kafka's tool stops with a stack
+    # trace when it decodes the damaged records (tierlog reports them and goes on).
+    readable = [copies[d] for d in ("truncated tail", "trailing garbage", "empty")]
+    kafka_run = dump_log_segments(readable, "--deep-iteration", "--print-data-log")
+    assert kafka_run.returncode == 0, kafka_run.stderr
+    ours_run = tierlog_dump(readable, "--deep-iteration", "--print-data-log")
+    assert ours_run.stdout.split("\n") == kafka_run.stdout.split("\n")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known disagreement: a batch whose magic byte is above 2 ends tierlog's dump (Found N "
+    "invalid bytes), while Kafka's tool frames it by its length as a v2 batch, prints it with "
+    "its magic and goes on; tests/cli/test_log_dump.py::test_bad_magic_stops_at_its_position "
+    "pins tierlog's behaviour",
+)
+def test_unknown_magic_is_printed_and_skipped_as_kafka_does(
+    broker_partitions: list[Partition], tmp_path: Path
+) -> None:
+    data = bytearray(broker_partitions[0].segment_files((".log",))[0].read_bytes())
+    second = int.from_bytes(data[8:12], "big") + 12
+    data[second + 16] = 7  # the magic byte of the second batch
+    path = tmp_path / f"{0:020d}.log"
+    path.write_bytes(bytes(data))
+    kafka_run = dump_log_segments([path])
+    assert kafka_run.returncode == 0, kafka_run.stderr
+    assert "magic: 7" in kafka_run.stdout and "invalid bytes" not in kafka_run.stdout
+    ours_run = tierlog_dump([path])
+    assert ours_run.stdout.split("\n") == kafka_run.stdout.split("\n")
