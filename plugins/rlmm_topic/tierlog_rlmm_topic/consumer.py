@@ -302,7 +302,10 @@ class ConsumerTask:
                     self._changed = False
                 if desired is not None:
                     self._reassign(desired)
-                self._capture_end_offsets()
+                if self._capture_end_offsets() and self._meter.active:
+                    # A replay known to be long shows its progress before its first record.
+                    loading = len(self._uninitialized)
+                    self._meter.update(ready=len(self._processed) - loading, loading=loading)
                 if self._assigned:
                     # poll() returns at the first record; consume() with a count would wait
                     # for a full batch or the timeout, delaying every read-your-writes.
@@ -421,10 +424,12 @@ class ConsumerTask:
             return self._read_by_meta[partition] + 1
         return self._eof.get(partition, OFFSET_BEGINNING)
 
-    def _capture_end_offsets(self) -> None:
-        """The end offsets the loading partitions must reach (once per replay)."""
+    def _capture_end_offsets(self) -> bool:
+        """The end offsets the loading partitions must reach (once per replay); whether any
+        was captured."""
         if not self._uninitialized:
-            return
+            return False
+        captured = False
         wanted = {self._processed[tip][0] for tip in self._uninitialized} & self._assigned
         for partition in sorted(wanted - self._ends.keys()):
             try:
@@ -441,9 +446,11 @@ class ConsumerTask:
                     f"partition {partition} yet (retrying): {exc}",
                     logging.INFO,
                 )
-                return
+                break
             self._ends[partition] = (begin, end)
             self._meter.add(partition, begin, end)
+            captured = True
+        return captured
 
     def _process(self, messages: list[Message]) -> None:
         read_by_meta = self._read_by_meta

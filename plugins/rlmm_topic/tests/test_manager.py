@@ -1,0 +1,509 @@
+"""The ``topic`` RLMM against a real broker, checked from outside: the topic it creates, the
+records it writes (read back with a bare confluent-kafka consumer), initialization failures,
+read-your-writes, replay by a second node, an unreadable record, and replay progress.
+
+Every test uses a topic of its own (``topic_name``), deleted afterwards; waits are on
+conditions with generous deadlines, never sleeps taken as assertions.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.cimpl import NewTopic
+from services._common import Service, free_ports
+from tierlog_rlmm_topic import (
+    ReplayProgressSettings,
+    TopicBasedRemoteLogMetadataManager,
+    UnreadableMetadataRecordError,
+)
+
+from tierlog.conformance.rlmm_suite import (
+    DELETE_FINISHED,
+    DELETE_STARTED,
+    FINISHED,
+    new_partition,
+    segment,
+    update_of,
+)
+from tierlog.metadata import metadata_partition, serialize
+from tierlog.progress import Progress
+from tierlog.rlm.config import KAFKA_DEFAULT_RLMM_CLASS_NAME, plugin_name
+from tierlog.spi import (
+    ConfigError,
+    IllegalStateError,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    RemoteStorageNotReadyException,
+    TopicIdPartition,
+)
+from tierlog.spi.plugins import get_registry
+
+DEADLINE_S = 120.0
+PARTITIONS = 3
+
+Factory = Callable[..., TopicBasedRemoteLogMetadataManager]
+
+
+@pytest.fixture
+def rlmm_factory(
+    rlmm_configs: Callable[..., dict[str, str]],
+    topic_name: str,
+    delete_topics: list[str],
+) -> Iterator[Factory]:
+    """``rlmm_factory(extra=None, progress=None)``: a configured RLMM on the test's topic;
+    all are closed after the test, and the topic deleted."""
+    made: list[TopicBasedRemoteLogMetadataManager] = []
+    delete_topics.append(topic_name)
+
+    def make(
+        extra: dict[str, str] | None = None, progress: ReplayProgressSettings | None = None
+    ) -> TopicBasedRemoteLogMetadataManager:
+        rlmm = TopicBasedRemoteLogMetadataManager(progress=progress)
+        made.append(rlmm)
+        rlmm.configure(rlmm_configs(extra))
+        return rlmm
+
+    yield make
+    for rlmm in made:
+        rlmm.close()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout}s", pytrace=False)
+        time.sleep(0.01)
+
+
+def assign_and_wait(
+    rlmm: TopicBasedRemoteLogMetadataManager, *tips: TopicIdPartition, follower: bool = False
+) -> None:
+    if follower:
+        rlmm.on_partition_leadership_changes(set(), set(tips))
+    else:
+        rlmm.on_partition_leadership_changes(set(tips), set())
+    wait_until(lambda: all(rlmm.is_ready(tip) for tip in tips), f"readiness of {tips}")
+
+
+def done(future: Future[None]) -> None:
+    future.result(timeout=DEADLINE_S)
+
+
+def bare_consumer(servers: str) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": "tierlog-rlmm-test-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+
+
+def read_partition(servers: str, topic: str, partition: int) -> list[tuple[int, Any, Any]]:
+    """Every record of ``topic``/``partition`` as ``(offset, key, value)``, read independently
+    of the plugin."""
+    consumer = bare_consumer(servers)
+    records: list[tuple[int, Any, Any]] = []
+    try:
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return records
+                continue
+            records.append((message.offset(), message.key(), message.value()))
+        pytest.fail(f"could not read {topic} partition {partition} to its end", pytrace=False)
+    finally:
+        consumer.close()
+
+
+def end_offsets(servers: str, topic: str) -> list[int]:
+    consumer = bare_consumer(servers)
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+
+
+def produce_raw(servers: str, topic: str, partition: int, values: list[bytes | None]) -> None:
+    """Write records as another writer would (not through the plugin)."""
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20})
+    errors: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _: object) -> None:
+        if error is not None:
+            errors.append(error)
+
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=partition, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(DEADLINE_S) == 0
+    assert not errors, errors
+
+
+def partition_of(tip: TopicIdPartition) -> int:
+    return metadata_partition(tip, PARTITIONS)
+
+
+def tips_on_distinct_partitions() -> tuple[TopicIdPartition, TopicIdPartition]:
+    """Two user partitions whose events live in different metadata partitions."""
+    first = new_partition("alpha", 0)
+    while True:
+        second = new_partition("beta", 0)
+        if partition_of(second) != partition_of(first):
+            return first, second
+
+
+# Registration ------------------------------------------------------------------------------------
+def test_registered_as_topic_and_under_kafkas_class_name() -> None:
+    assert get_registry().metadata_manager_class("topic") is TopicBasedRemoteLogMetadataManager
+    assert plugin_name(KAFKA_DEFAULT_RLMM_CLASS_NAME, "embedded") == "topic"
+
+
+def test_conformance_config_needs_the_bootstrap_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TIERLOG_KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(ConfigError, match="set TIERLOG_KAFKA_BOOTSTRAP_SERVERS"):
+        TopicBasedRemoteLogMetadataManager.conformance_config()
+    monkeypatch.setenv("TIERLOG_KAFKA_BOOTSTRAP_SERVERS", "h:1")
+    first = TopicBasedRemoteLogMetadataManager.conformance_config()
+    second = TopicBasedRemoteLogMetadataManager.conformance_config()
+    assert first["remote.log.metadata.common.client.bootstrap.servers"] == "h:1"
+    assert first["remote.log.metadata.topic.name"] != second["remote.log.metadata.topic.name"]
+
+
+# The topic ----------------------------------------------------------------------------------------
+def test_topic_is_created_with_kafkas_configs(
+    rlmm_factory: Factory, kafka_admin: AdminClient, topic_name: str
+) -> None:
+    rlmm_factory({"remote.log.metadata.topic.retention.ms": "3600000"})
+    described = kafka_admin.list_topics(topic=topic_name, timeout=30).topics[topic_name]
+    assert len(described.partitions) == PARTITIONS
+    assert all(len(p.replicas) == 1 for p in described.partitions.values())
+    resource = ConfigResource("TOPIC", topic_name)
+    configs = kafka_admin.describe_configs([resource])[resource].result(timeout=30)
+    assert {
+        key: configs[key].value
+        for key in (
+            "retention.ms",
+            "cleanup.policy",
+            "remote.storage.enable",
+            "min.insync.replicas",
+        )
+    } == {
+        "retention.ms": "3600000",
+        "cleanup.policy": "delete",
+        "remote.storage.enable": "false",
+        "min.insync.replicas": "1",
+    }
+
+
+def test_an_existing_topic_is_used_as_it_is(
+    rlmm_factory: Factory, kafka_admin: AdminClient, topic_name: str
+) -> None:
+    new = NewTopic(topic_name, num_partitions=PARTITIONS, replication_factor=1)
+    kafka_admin.create_topics([new])[topic_name].result(timeout=60)
+    rlmm = rlmm_factory()
+    tip = new_partition()
+    assign_and_wait(rlmm, tip)
+    done(rlmm.add_remote_log_segment_metadata(segment(tip, 0, 9, {0: 0})))
+
+
+def test_partition_count_mismatch_names_topic_and_both_counts(
+    rlmm_factory: Factory, kafka_admin: AdminClient, topic_name: str
+) -> None:
+    new = NewTopic(topic_name, num_partitions=2, replication_factor=1)
+    kafka_admin.create_topics([new])[topic_name].result(timeout=60)
+    with pytest.raises(ConfigError) as caught:
+        rlmm_factory()
+    message = str(caught.value)
+    assert topic_name in message
+    assert "has 2 partitions" in message
+    assert "remote.log.metadata.topic.num.partitions is 3" in message
+
+
+def test_initialization_gives_up_with_a_clear_error(
+    rlmm_configs: Callable[..., dict[str, str]],
+) -> None:
+    (port,) = free_ports(1)  # nothing listens there
+    servers = f"127.0.0.1:{port}"
+    rlmm = TopicBasedRemoteLogMetadataManager()
+    started = time.monotonic()
+    with pytest.raises(RemoteStorageException) as caught:
+        rlmm.configure(
+            rlmm_configs(
+                {
+                    "remote.log.metadata.common.client.bootstrap.servers": servers,
+                    "remote.log.metadata.initialization.retry.max.timeout.ms": "2000",
+                    "remote.log.metadata.initialization.retry.interval.ms": "100",
+                }
+            )
+        )
+    elapsed = time.monotonic() - started
+    message = str(caught.value)
+    assert servers in message
+    assert "within 2000 ms" in message
+    assert "last error:" in message
+    assert elapsed < 30, f"initialization took {elapsed:.1f}s with a 2 s limit"
+    rlmm.close()
+
+
+def test_librdkafka_refusing_a_key_is_a_config_error(
+    rlmm_configs: Callable[..., dict[str, str]],
+    topic_name: str,
+    delete_topics: list[str],
+) -> None:
+    delete_topics.append(topic_name)
+    rlmm = TopicBasedRemoteLogMetadataManager()
+    with pytest.raises(ConfigError, match=r"no\.such\.client\.key"):
+        rlmm.configure(rlmm_configs({"remote.log.metadata.producer.no.such.client.key": "1"}))
+    rlmm.close()
+
+
+# Records on the wire ------------------------------------------------------------------------------
+def test_records_have_a_null_key_kafkas_partition_and_serde(
+    rlmm_factory: Factory, kafka_broker: Service, topic_name: str
+) -> None:
+    rlmm = rlmm_factory()
+    tip = new_partition()
+    assign_and_wait(rlmm, tip)
+    seg = segment(tip, 0, 99, {0: 0, 3: 50}, txn_idx_empty=True)
+    upd = update_of(seg, FINISHED)
+    done(rlmm.add_remote_log_segment_metadata(seg))
+    done(rlmm.update_remote_log_segment_metadata(upd))
+    expected = partition_of(tip)
+    records = read_partition(kafka_broker.url, topic_name, expected)
+    assert [(key, value) for _, key, value in records] == [
+        (None, serialize(seg)),
+        (None, serialize(upd)),
+    ]
+    others = [p for p in range(PARTITIONS) if p != expected]
+    assert all(not read_partition(kafka_broker.url, topic_name, p) for p in others)
+
+
+# Read-your-writes and refused writes -------------------------------------------------------------
+def test_read_your_writes(rlmm_factory: Factory) -> None:
+    rlmm = rlmm_factory()
+    tip = new_partition()
+    assign_and_wait(rlmm, tip)
+    for i in range(20):
+        seg = segment(tip, i * 100, i * 100 + 99, {0: i * 100})
+        done(rlmm.add_remote_log_segment_metadata(seg))
+        assert seg.remote_log_segment_id in {
+            m.remote_log_segment_id for m in rlmm.list_remote_log_segments(tip)
+        }
+        upd = update_of(seg, FINISHED)
+        done(rlmm.update_remote_log_segment_metadata(upd))
+        assert rlmm.remote_log_segment_metadata(tip, 0, i * 100 + 50) == seg.create_with_updates(
+            upd
+        )
+        assert rlmm.highest_offset_for_epoch(tip, 0) == i * 100 + 99
+
+
+def test_refused_writes_produce_nothing(
+    rlmm_factory: Factory, kafka_broker: Service, topic_name: str
+) -> None:
+    rlmm = rlmm_factory()
+    tip = new_partition()
+    assign_and_wait(rlmm, tip)
+    seg = segment(tip, 0, 9, {0: 0})
+    done(rlmm.add_remote_log_segment_metadata(seg))
+    before = end_offsets(kafka_broker.url, topic_name)
+    unassigned = new_partition("unassigned")
+    with pytest.raises(RemoteStorageException, match="is not assigned to this RLMM"):
+        rlmm.add_remote_log_segment_metadata(segment(unassigned, 0, 9, {0: 0}))
+    unknown = update_of(segment(tip, 10, 19, {0: 10}), FINISHED)
+    with pytest.raises(RemoteResourceNotFoundException):
+        rlmm.update_remote_log_segment_metadata(unknown)
+    with pytest.raises(ValueError, match="COPY_SEGMENT_STARTED"):
+        rlmm.add_remote_log_segment_metadata(seg.create_with_updates(update_of(seg, FINISHED)))
+    done(rlmm.update_remote_log_segment_metadata(update_of(seg, DELETE_STARTED)))
+    done(rlmm.update_remote_log_segment_metadata(update_of(seg, DELETE_FINISHED)))
+    with pytest.raises(RemoteResourceNotFoundException):
+        rlmm.update_remote_log_segment_metadata(update_of(seg, DELETE_FINISHED))
+    after = end_offsets(kafka_broker.url, topic_name)
+    written = [a - b for a, b in zip(after, before, strict=True)]
+    assert written[partition_of(tip)] == 2, "only the two valid updates were produced"
+    assert sum(written) == 2
+
+
+# Replay by another node ---------------------------------------------------------------------------
+def test_a_second_node_replays_the_history(rlmm_factory: Factory) -> None:
+    writer = rlmm_factory()
+    tips = [new_partition("replay", p) for p in range(4)]
+    assign_and_wait(writer, *tips)
+    expected: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {}
+    for tip in tips:
+        futures = []
+        segments = []
+        for i in range(25):
+            seg = segment(tip, i * 10, i * 10 + 9, {i // 10: i * 10})
+            segments.append(seg)
+            futures.append(writer.add_remote_log_segment_metadata(seg))
+        for future in futures:
+            done(future)
+        finished = []
+        for seg in segments[:20]:
+            upd = update_of(seg, FINISHED)
+            done(writer.update_remote_log_segment_metadata(upd))
+            finished.append(seg.create_with_updates(upd))
+        expected[tip] = finished + segments[20:]
+    reader = rlmm_factory({"node.id": "2"})
+    assert not any(reader.is_ready(tip) for tip in tips)
+    assign_and_wait(reader, *tips, follower=True)
+    for tip in tips:
+        got = sorted(reader.list_remote_log_segments(tip), key=lambda m: m.start_offset)
+        assert got == expected[tip]
+        assert reader.highest_offset_for_epoch(tip, 1) == 199
+    # The reader follows new writes as they come, without a new assignment.
+    late = segment(tips[0], 1000, 1009, {5: 1000})
+    done(writer.add_remote_log_segment_metadata(late))
+    wait_until(
+        lambda: late in list(reader.list_remote_log_segments(tips[0])),
+        "the second node reading a later write",
+    )
+
+
+def test_unassigned_lookups_and_lifecycle_errors(rlmm_factory: Factory) -> None:
+    rlmm = rlmm_factory()
+    tip = new_partition()
+    with pytest.raises(RemoteResourceNotFoundException):
+        rlmm.list_remote_log_segments(tip)
+    rlmm.on_partition_leadership_changes({tip}, set())
+    wait_until(lambda: rlmm.is_ready(tip), "readiness")
+    rlmm.on_stop_partitions({tip})
+    assert not rlmm.is_ready(tip)
+    rlmm.close()
+    rlmm.close()  # idempotent
+    assert not rlmm.is_ready(tip)
+    with pytest.raises(IllegalStateError):
+        rlmm.list_remote_log_segments(tip)
+    with pytest.raises(IllegalStateError):
+        rlmm.on_partition_leadership_changes({tip}, set())
+    with pytest.raises(IllegalStateError):
+        rlmm.add_remote_log_segment_metadata(segment(tip, 0, 1, {0: 0}))
+    with pytest.raises(IllegalStateError):
+        rlmm.configure({})
+
+
+# An unreadable record -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"\x07garbage", "frame version"),
+        (b"\x01\x09\x00", "apiKey"),
+        (None, "null value"),
+    ],
+    ids=["corrupt", "unknown-api-key", "tombstone"],
+)
+def test_an_unreadable_record_stops_its_partition_with_a_clear_error(
+    rlmm_factory: Factory, caplog: pytest.LogCaptureFixture, value: bytes | None, reason: str
+) -> None:
+    writer = rlmm_factory()
+    servers, topic_name = writer.config.bootstrap_servers, writer.config.topic_name
+    broken, healthy = tips_on_distinct_partitions()
+    assign_and_wait(writer, broken, healthy)
+    good = segment(broken, 0, 9, {0: 0})
+    done(writer.add_remote_log_segment_metadata(good))
+    bad_partition = partition_of(broken)
+    produce_raw(servers, topic_name, bad_partition, [value, serialize(good)])
+    bad_offset = 1  # after the good record the writer produced
+
+    # The running node stops that partition: a write to it fails with the error.
+    with caplog.at_level(logging.ERROR, logger="tierlog_rlmm_topic"):
+        wait_until(
+            lambda: writer.consumer_task.failure_for(broken) is not None,
+            "the running node noticing the unreadable record",
+        )
+        with pytest.raises(UnreadableMetadataRecordError):
+            done(writer.add_remote_log_segment_metadata(segment(broken, 10, 19, {0: 10})))
+        done(writer.add_remote_log_segment_metadata(segment(healthy, 0, 9, {0: 0})))
+
+        # A node that replays the topic never marks the partition ready, and says why.
+        reader = rlmm_factory({"node.id": "2"})
+        reader.on_partition_leadership_changes({broken, healthy}, set())
+        wait_until(lambda: reader.is_ready(healthy), "readiness of the healthy partition")
+        wait_until(
+            lambda: reader.consumer_task.failure_for(broken) is not None,
+            "the replaying node noticing the unreadable record",
+        )
+    assert not reader.is_ready(broken)
+    with pytest.raises(UnreadableMetadataRecordError) as caught:
+        reader.list_remote_log_segments(broken)
+    error = caught.value
+    assert not isinstance(error, RemoteStorageNotReadyException)
+    assert (error.topic, error.partition, error.offset) == (topic_name, bad_partition, bad_offset)
+    message = str(error)
+    assert f"offset {bad_offset}" in message
+    assert f"topic {topic_name} partition {bad_partition}" in message
+    assert reason in message
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(f"offset {bad_offset}" in r.getMessage() for r in errors)
+    assert [m.start_offset for m in reader.list_remote_log_segments(healthy)] == [0]
+
+
+# Replay progress ---------------------------------------------------------------------------------
+def test_a_long_replay_shows_progress(
+    rlmm_factory: Factory, kafka_broker: Service, topic_name: str
+) -> None:
+    writer = rlmm_factory()
+    tip = new_partition("progress")
+    assign_and_wait(writer, tip)
+    records = 600
+    produce_raw(
+        kafka_broker.url,
+        topic_name,
+        partition_of(tip),
+        [serialize(segment(tip, i * 10, i * 10 + 9, {0: i * 10})) for i in range(records)],
+    )
+    shown: list[Progress] = []
+    output = io.StringIO()
+
+    def factory(description: str, total: float) -> Progress:
+        progress = Progress(description, total, unit="records", file=output, step=25)
+        shown.append(progress)
+        return progress
+
+    reader = rlmm_factory(
+        {"node.id": "2"},
+        progress=ReplayProgressSettings(
+            records_threshold=100, seconds_threshold=3600, factory=factory
+        ),
+    )
+    quiet = rlmm_factory({"node.id": "3"})  # the default threshold: nothing shown
+    assign_and_wait(reader, tip)
+    assign_and_wait(quiet, tip)
+    assert len(list(reader.list_remote_log_segments(tip))) == records
+    assert reader.consumer_task.replays_shown == 1
+    assert quiet.consumer_task.replays_shown == 0
+    (progress,) = shown
+    assert progress.done >= records
+    text = output.getvalue()
+    assert f"replaying {topic_name}" in text
+    assert "partitions ready" in text
+    assert "records" in text
