@@ -1,4 +1,5 @@
-"""``tierlog metadata``: decode, encode and place ``__remote_log_metadata`` records.
+"""``tierlog metadata``: decode, encode and place ``__remote_log_metadata`` records, and dump a
+metadata topic of a Kafka cluster (``dump``, in ``tierlog.cli._metadata_dump``).
 
 ``decode`` prints exactly what ``encode`` takes, so ``tierlog metadata decode HEX |
 tierlog metadata encode -`` gives back ``HEX``.
@@ -12,6 +13,7 @@ import string
 import sys
 from typing import Any
 
+from tierlog.cli._metadata_dump import add_dump_parser
 from tierlog.spi import InvalidArgumentError, MetadataRecordError, TopicIdPartition, Uuid
 
 INT32_MAX = 2**31 - 1
@@ -24,8 +26,9 @@ DEFAULT_METADATA_PARTITIONS = 50
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "metadata",
-        help="decode, encode and place __remote_log_metadata records",
-        description="Work with __remote_log_metadata record values (Kafka's serde).",
+        help="decode, encode, place and dump __remote_log_metadata records",
+        description="Work with __remote_log_metadata record values (Kafka's serde) and dump a "
+        "metadata topic of a Kafka cluster.",
     )
     sub = parser.add_subparsers(dest="metadata_command", required=True, metavar="ACTION")
 
@@ -83,6 +86,8 @@ def add_parser(commands: Any) -> None:
         "--topic", default="", help="topic name (not part of the hash; shown only)"
     )
     partition.set_defaults(handler=run_partition)
+
+    add_dump_parser(sub)
 
 
 def _read_argument(value: str) -> str:
