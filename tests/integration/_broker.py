@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic, OffsetSpec
+from kafka.errors import KafkaError
 from services._common import Service
 
 DEADLINE_S = 120.0
@@ -32,13 +33,19 @@ def wait_for(
     interval: float = 0.5,
 ) -> T:
     """Poll ``condition`` until it returns something truthy; fail naming ``what`` after
-    ``timeout`` seconds, with the last value seen."""
+    ``timeout`` seconds, with the last value seen. A client error from the broker (one that is
+    restarting, a leader being elected) counts as not yet."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
+    last: T | BaseException | None = None
     while True:
-        last = condition()
-        if last:
-            return last
+        try:
+            value = condition()
+        except KafkaError as exc:
+            last = exc
+        else:
+            if value:
+                return value
+            last = value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} ({last!r})")
         time.sleep(interval)
@@ -124,31 +131,3 @@ def remote_partition_dir(broker: Service, topic: str, topic_id: str, partition: 
 def active_segment_base(directory: Path) -> int:
     """The base offset of the partition's active (last) segment, from the file names."""
     return max(int(p.name[:20]) for p in directory.glob("*.log"))
-
-
-def consume_all(broker: Service, topic: str, end_offset: int, partition: int = 0) -> list[object]:
-    """Every record of the partition from offset 0 up to ``end_offset`` (read_uncommitted),
-    as kafka-python's ``ConsumerRecord``s, in offset order."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=broker.url,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=200,
-        consumer_timeout_ms=1000,
-    )
-    tp = TopicPartition(topic, partition)
-    try:
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        records: list[object] = []
-        deadline = time.monotonic() + DEADLINE_S
-        while consumer.position(tp) < end_offset:
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"consumed up to {consumer.position(tp)} of {topic}, not {end_offset}"
-                )
-            for batch in consumer.poll(timeout_ms=1000).values():
-                records.extend(batch)
-        return records
-    finally:
-        consumer.close()

@@ -273,6 +273,7 @@ def test_records_agree_with_deep_iteration(broker_partitions: list[Partition]) -
     assert any(r["keySize"] == -1 for r in records) and any(r["valueSize"] == -1 for r in records)
 
 
+@pytest.mark.slow
 def test_index_checks_agree(broker_partitions: list[Partition]) -> None:
     """Kafka's ``--verify-index-only`` and ``--index-sanity-check`` find nothing wrong with the
     sealed segments' indexes, and neither does tierlog (exit 0)."""
