@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 
 import pytest
 from tierlog_rlmm_topic import CONFIG_KEYS, TopicRlmmConfig
@@ -353,3 +354,11 @@ def test_renamed_keys() -> None:
         "fetch.wait.max.ms": "250",
         "queue.buffering.max.kbytes": "32768",
     }
+
+
+def test_the_readme_documents_every_key() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for key in CONFIG_KEYS:
+        assert f"| `{key.name}` | {key.default} |" in readme.replace(
+            f"`{DEFAULT_TOPIC_NAME}`", DEFAULT_TOPIC_NAME
+        ), f"README's table lacks {key.name} (default {key.default})"

@@ -5,23 +5,61 @@ librdkafka refuses an unknown or malformed property when a client is created, wi
 ``ConfigError`` so that a typo in ``server.properties`` fails ``configure`` with the usual
 error type. librdkafka's own log lines (connection failures, retries) go to this module's
 logger instead of stderr, so they follow the application's logging configuration.
+
+librdkafka reports each failed reconnection to a broker that is down, at ERROR level, several
+times a second. The RLMM waits such outages out (nothing is lost), so ``LibrdkafkaLog`` logs
+them as WARNINGs, at most one per client and kind of message every 30 seconds, with the number
+of lines left out.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from confluent_kafka import KafkaException
 
 from tierlog.spi import ConfigError
 
-__all__ = ["close_client", "new_client"]
+__all__ = ["LibrdkafkaLog", "close_client", "new_client"]
 
 _LOG = logging.getLogger(__name__)
 
 _Client = TypeVar("_Client")
+
+_REPEAT_INTERVAL_S: Final = 30.0
+
+
+class LibrdkafkaLog:
+    """What confluent-kafka calls for each librdkafka log line (``log(level, "%s [%s] %s",
+    facility, client, message)``): this module's logger, ERROR demoted to WARNING, repeats of
+    a (client, facility) at WARNING or above limited to one per 30 s."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._last: dict[tuple[object, ...], tuple[float, int]] = {}
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        level = min(level, logging.WARNING)
+        if level < logging.WARNING or not _LOG.isEnabledFor(level):
+            _LOG.log(level, msg, *args)
+            return
+        key = tuple(args[:2])
+        now = self._monotonic()
+        with self._lock:
+            last, skipped = self._last.get(key, (None, 0))
+            if last is not None and now - last < _REPEAT_INTERVAL_S:
+                self._last[key] = (last, skipped + 1)
+                return
+            self._last[key] = (now, 0)
+        if skipped:
+            _LOG.log(level, msg + " (%d similar line(s) left out)", *args, skipped)
+        else:
+            _LOG.log(level, msg, *args)
 
 
 def new_client(
@@ -31,7 +69,7 @@ def new_client(
     with librdkafka's logs routed to Python logging; ``ConfigError`` if librdkafka refuses a
     property."""
     settings: dict[str, Any] = dict(configs)
-    settings["logger"] = _LOG
+    settings["logger"] = LibrdkafkaLog()
     try:
         return factory(settings)
     except (KafkaException, ValueError, TypeError) as exc:

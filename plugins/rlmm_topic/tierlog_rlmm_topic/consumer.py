@@ -302,6 +302,7 @@ class ConsumerTask:
                     self._changed = False
                 if desired is not None:
                     self._reassign(desired)
+                self._offsets.poll(0)  # serves its log lines; it has no records to give
                 if self._capture_end_offsets() and self._meter.active:
                     # A replay known to be long shows its progress before its first record.
                     loading = len(self._uninitialized)

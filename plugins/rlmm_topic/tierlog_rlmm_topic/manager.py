@@ -174,8 +174,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 raise IllegalStateError("TopicBasedRemoteLogMetadataManager is already configured")
         config = TopicRlmmConfig.from_configs(configs)
         admin = new_client(AdminClient, config.admin, "admin")
-        ensure_topic(admin, config)
-        del admin
+        try:
+            ensure_topic(admin, config)
+        finally:
+            admin.poll(0)  # forwards its queued log lines before it goes
+            del admin
         producer = MetadataProducer(config.topic_name, config.producer)
         try:
             num_partitions = config.num_partitions
