@@ -169,8 +169,13 @@ def run_kafka_class(
 
 # Configuration ----------------------------------------------------------------------------------
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in Kafka's base64url form, without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes in Kafka's base64url form, without padding. As
+    Kafka's ``Uuid.randomUuid``, never one starting with ``-``, which a command line would take
+    for an option (``StorageTool format -t -XYZ...`` fails)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 @dataclass(frozen=True)

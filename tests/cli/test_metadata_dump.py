@@ -32,19 +32,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from services._common import Service, free_ports
 
-# The shared service launchers (<repo>/scripts/services), importable whatever pytest's import
-# mode; no conftest of tests/ or tests/cli imports the broker fixtures.
-_SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-if str(_SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(_SCRIPTS))
-
-from services._common import Service, free_ports  # noqa: E402
-from services.kafka_fixtures import kafka_broker  # noqa: E402, F401
-
-from tierlog.cli import _metadata_dump, main  # noqa: E402
-from tierlog.cli._metadata_dump import MISSING_CLIENT, client_config, jaas_credentials  # noqa: E402
-from tierlog.metadata import (  # noqa: E402
+from tierlog.cli import _metadata_dump, main
+from tierlog.cli._metadata_dump import MISSING_CLIENT, client_config, jaas_credentials
+from tierlog.metadata import (
     RemoteLogSegmentMetadataSnapshot,
     decode_record,
     encode_record,
@@ -53,7 +45,7 @@ from tierlog.metadata import (  # noqa: E402
     record_to_json,
     serialize,
 )
-from tierlog.spi import (  # noqa: E402
+from tierlog.spi import (
     ConfigError,
     CustomMetadata,
     MetadataRecordError,
@@ -224,7 +216,7 @@ class DumpTopic:
 
 
 @pytest.fixture(scope="module")
-def dump_topic(kafka_broker: Service) -> DumpTopic:  # noqa: F811
+def dump_topic(kafka_broker: Service) -> DumpTopic:
     name = unique_topic("tierlog-dump")
     create_topic(kafka_broker.url, name, METADATA_PARTITIONS)
     values = known_records()
@@ -390,7 +382,7 @@ def test_json_with_filters(capsys: pytest.CaptureFixture[str], dump_topic: DumpT
 
 # Records that do not decode, tombstones ---------------------------------------------------------
 @pytest.fixture(scope="module")
-def broken_topic(kafka_broker: Service) -> DumpTopic:  # noqa: F811
+def broken_topic(kafka_broker: Service) -> DumpTopic:
     """A good record, one that does not decode, a tombstone with a key, a good record on
     partition 0; a good record of ``orders``-0 on its own metadata partition; a record that does
     not decode on another partition."""
@@ -502,7 +494,7 @@ def test_with_topic_id_a_bad_record_on_a_read_partition_still_shows(
 
 def test_a_record_of_a_later_version_is_shown_and_noted(
     capsys: pytest.CaptureFixture[str],
-    kafka_broker: Service,  # noqa: F811
+    kafka_broker: Service,
 ) -> None:
     """A KAFKA-20033 version-1 record decodes in tierlog (its line is version 0's) but not in
     Kafka 4.3 (tests/integration/test_kafka_formatter.py shows it): noted on stderr, exit 0."""
@@ -555,7 +547,7 @@ def test_an_unreachable_cluster_is_one_line_and_exit_2(
 
 def test_a_missing_topic_is_an_error(
     capsys: pytest.CaptureFixture[str],
-    kafka_broker: Service,  # noqa: F811
+    kafka_broker: Service,
 ) -> None:
     code, lines, err = dump(
         capsys, "--bootstrap-servers", kafka_broker.url, "--topic", "no-such-topic-here"
@@ -663,7 +655,7 @@ def _take(lines: queue.Queue[str], count: int) -> list[str]:
     return [lines.get(timeout=DEADLINE_S) for _ in range(count)]
 
 
-def test_follow_prints_the_dump_then_new_records(kafka_broker: Service) -> None:  # noqa: F811
+def test_follow_prints_the_dump_then_new_records(kafka_broker: Service) -> None:
     name = unique_topic("tierlog-dump-follow")
     create_topic(kafka_broker.url, name, METADATA_PARTITIONS)
     first = segment(tip(ORDERS, "orders", 1), 0, 9, {0: 0})
