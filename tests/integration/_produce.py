@@ -3,11 +3,13 @@
 The five codecs (several batches each), null keys, null and empty values, headers (none, one,
 several, empty values, non-ASCII keys), non-ASCII and invalid UTF-8 payloads, timestamps out of
 order inside a batch, idempotent and plain producers, and a transactional producer that commits,
-aborts (after its records were written, so the abort is indexed) and commits again.
+aborts (after its records were written, so the abort is indexed), commits again, and commits a
+transaction during which a 16 KiB segment rolls.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -88,6 +90,12 @@ def produce_mix(broker: Service, topic: str) -> None:
             txn.commit_transaction()
         else:
             txn.abort_transaction()
+    # A transaction larger than a 16 KiB segment, one batch per record: a segment rolls while
+    # it is open, so the producer snapshot taken at the roll holds its first offset.
+    txn.begin_transaction()
+    for _ in range(8):
+        txn.send(topic, key=b"big", value=os.urandom(1500).hex().encode()).get(timeout=60)
+    txn.commit_transaction()
     txn.close()
 
     tail = KafkaProducer(bootstrap_servers=broker.url, linger_ms=0)

@@ -260,6 +260,9 @@ def test_batches_and_indexes_agree(broker_partitions: list[Partition]) -> None:
     flags = {(b["isTransactional"], b["isControl"]) for d in kafka.values() for b in d.batches}
     assert flags == {(False, False), (True, False), (True, True)}
     assert any("LogAppendTime" in b for d in kafka.values() for b in d.batches)
+    # A producer snapshot taken while a transaction was open (its first offset is kept).
+    entries = [e for d in kafka.values() for e in d.entries]
+    assert any(e.get("currentTxnFirstOffset") is not None for e in entries)
 
 
 def test_records_agree_with_deep_iteration(broker_partitions: list[Partition]) -> None:
