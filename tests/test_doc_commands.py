@@ -179,6 +179,9 @@ PLACEHOLDERS: dict[str, Callable[[Values], str]] = {
     "http://127.0.0.1:4443": lambda v: f"http://127.0.0.1:{v.port('fake-gcs')}",
     "--port 8333": lambda v: f"--port {v.port('seaweedfs')}",
     "http://127.0.0.1:8333": lambda v: f"http://127.0.0.1:{v.port('seaweedfs')}",
+    "--port 9092": lambda v: f"--port {v.port('kafka')}",
+    "127.0.0.1:9092": lambda v: f"127.0.0.1:{v.port('kafka')}",
+    "/tmp/tierlog-quickstart-topic": lambda v: v.path("quickstart-topic"),
 }
 
 DYNAMIC: dict[str, str] = {
