@@ -27,10 +27,11 @@ tierlog drops the run of zero slots and reports no entry (``tierlog.log.index``)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,13 @@ from tierlog.log.batch import ControlRecordType, build_batch, build_control_batc
 from tierlog.log.compression import CompressionType
 from tierlog.log.local_log import LocalLog
 from tierlog.log.record import Record
-from tierlog.spi import Uuid
+from tierlog.spi import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+    Uuid,
+)
+from tierlog.storage.local import LocalTieredStorage
 
 from ._broker import (
     active_segment_base,
@@ -180,8 +187,12 @@ def assert_file_agrees(
     ours_text: DumpedFile,
     *,
     preallocated: bool,
+    kafka_path: Path | None = None,
 ) -> None:
-    """One file: Kafka's parsed dump against tierlog's JSON, and the two texts."""
+    """One file: Kafka's parsed dump against tierlog's JSON, and the two texts (Kafka's tool
+    having read the same bytes at ``kafka_path``, if given)."""
+    if kafka_path is not None:
+        kafka = replace(kafka, lines=[ln.replace(str(kafka_path), str(path)) for ln in kafka.lines])
     assert ours["errors"] == [], f"tierlog reported problems in {path}: {ours['errors']}"
     kind = ours["kind"]
     if kind == "log":
@@ -392,6 +403,7 @@ def test_remote_segments_agree(kafka_broker: Service, tmp_path: Path) -> None:
             ours[str(original)],
             ours_text[str(original)],
             preallocated=False,
+            kafka_path=copy,
         )
 
     # The remote leader epoch checkpoints, which Kafka's tool does not read, against the text
@@ -479,18 +491,51 @@ def write_tierlog_partition(directory: Path) -> LocalLog:
     return log
 
 
+def tier_with_local_rsm(log: LocalLog, root: Path) -> Path:
+    """Copy every sealed segment of ``log`` with tierlog's ``local`` RSM, as tierlog's RLM
+    would (``segment_copy_inputs``); returns the partition's remote directory."""
+    rsm = LocalTieredStorage()
+    rsm.configure({"dir": str(root)})
+    tip = TopicIdPartition(TOPIC_ID, log.topic_partition.topic, log.topic_partition.partition)
+    try:
+        for segment in log.sealed_segments():
+            inputs = log.segment_copy_inputs(segment)
+            metadata = RemoteLogSegmentMetadata(
+                remote_log_segment_id=RemoteLogSegmentId.generate_new(tip),
+                start_offset=inputs.start_offset,
+                end_offset=inputs.end_offset,
+                max_timestamp_ms=inputs.largest_timestamp,
+                broker_id=1,
+                event_timestamp_ms=int(time.time() * 1000),
+                segment_size_in_bytes=inputs.size_in_bytes,
+                segment_leader_epochs=inputs.segment_leader_epochs,
+                txn_idx_empty=inputs.txn_index_empty,
+            )
+            rsm.copy_log_segment_data(metadata, inputs.data)
+            directory = rsm.segment_paths(metadata)[".log"].parent
+    finally:
+        rsm.close()
+    return directory
+
+
 @pytest.fixture
-def tierlog_partition(tmp_path: Path) -> Iterator[Path]:
+def tierlog_partition(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A partition directory tierlog's LocalLog wrote (closed), and the remote directory its
+    sealed segments were copied to by tierlog's ``local`` RSM."""
     directory = tmp_path / "written-by-tierlog-0"
     log = write_tierlog_partition(directory)
-    log.close()
-    yield directory
+    try:
+        remote = tier_with_local_rsm(log, tmp_path / "tierlog-remote")
+    finally:
+        log.close()
+    yield directory, remote
 
 
-def test_kafka_reads_segments_tierlog_wrote(tierlog_partition: Path) -> None:
+def test_kafka_reads_segments_tierlog_wrote(tierlog_partition: tuple[Path, Path]) -> None:
     """Kafka's tool reads every file tierlog wrote without error or mismatch, and agrees with
     tierlog's own dump of them field by field (deep, with data)."""
-    files = sorted(p for p in tierlog_partition.iterdir() if p.suffix in SEGMENT_SUFFIXES)
+    directory, _ = tierlog_partition
+    files = sorted(p for p in directory.iterdir() if p.suffix in SEGMENT_SUFFIXES)
     logs = [f for f in files if f.suffix == ".log"]
     assert len(logs) >= 4 and any(f.suffix == ".txnindex" for f in files)
     kafka, _ = compare_dumps(files, "--deep-iteration", "--print-data-log")
@@ -505,6 +550,47 @@ def test_kafka_reads_segments_tierlog_wrote(tierlog_partition: Path) -> None:
     assert verify.returncode == 0
     assert "mismatch" not in verify.stderr.lower() and "not found" not in verify.stderr
     assert_sanity_checks_pass(indexes)
+
+
+def test_kafka_reads_remote_segments_tierlog_copied(
+    tierlog_partition: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The files tierlog's ``local`` RSM stored for those segments, in LocalTieredStorage's
+    layout (``<topic>-<partition>-<topicId>/<offset:020d>-<segmentId><suffix>``): Kafka's tool
+    reads them (under Kafka's names) as tierlog dumps them (under the remote names)."""
+    directory, remote = tierlog_partition
+    assert remote.name == f"{directory.name}-{TOPIC_ID}"
+    stored = sorted(remote.iterdir())
+    name = re.compile(
+        r"(\d{20})-[A-Za-z0-9_-]{22}(\.log|\.index|\.timeindex|\.txnindex|\.snapshot"
+        r"|\.leader_epoch_checkpoint)"
+    )
+    assert all(name.fullmatch(p.name) for p in stored), [p.name for p in stored]
+    comparable = [p for p in stored if p.name.endswith(SEGMENT_SUFFIXES)]
+    assert any(p.name.endswith(".txnindex") for p in comparable)
+    into = tmp_path / "kafka-names"
+    into.mkdir()
+    copies = [kafka_named_copy(p, into) for p in comparable]
+    kafka_run = dump_log_segments(copies, "--deep-iteration", "--print-data-log")
+    assert kafka_run.returncode == 0, kafka_run.stderr
+    kafka = parse_dump(kafka_run.stdout)
+    code, document, err = tierlog_dump_json(comparable, "--deep-iteration", "--print-data-log")
+    assert code == 0, err
+    text_run = tierlog_dump(comparable, "--deep-iteration", "--print-data-log")
+    ours_text = parse_dump(text_run.stdout)
+    ours = {f["path"]: f for f in document["files"]}
+    for original, copy in zip(comparable, copies, strict=True):
+        assert_file_agrees(
+            original,
+            kafka[str(copy)],
+            ours[str(original)],
+            ours_text[str(original)],
+            preallocated=False,
+            kafka_path=copy,
+        )
+    # The remote bytes are the local segment's (a copy, not a rewrite).
+    for log in (p for p in stored if p.name.endswith(".log")):
+        assert log.read_bytes() == (directory / f"{log.name[:20]}.log").read_bytes()
 
 
 # --- damaged segments -----------------------------------------------------------------------------
