@@ -21,6 +21,11 @@ What is compared, always against Kafka's own output:
   the RSM), against what the broker serves a consumer from offset 0: offset, timestamp, key,
   value and headers, byte for byte; and with ``read_committed``, tierlog's aborted transactions
   (from the remote transaction indexes) filter exactly the records Kafka's consumer drops;
+- what tierlog's RLM copy task would ship for the same local segments (tierlog's ``LocalLog``
+  on a copy of Kafka's partition directory, ``segment_copy_inputs``) against what Kafka shipped:
+  end offsets, leader epochs (one segment spans the restart), sizes, max timestamps, transaction
+  index presence, and the bytes of every file, the leader epoch checkpoint text and the producer
+  snapshot included;
 - after ``DeleteRecords`` makes Kafka delete its first remote segments, tierlog's RLMM, still
   following the topic, drops the same ones (DELETE_SEGMENT_STARTED then _FINISHED) and the files
   are gone.
@@ -29,13 +34,14 @@ What is compared, always against Kafka's own output:
 from __future__ import annotations
 
 import itertools
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from kafka.admin import OffsetSpec
+from kafka.admin import ConfigResource, OffsetSpec
 from services._common import Service
 from services.kafka import restart_kafka
 from tierlog_rlmm_topic import TopicBasedRemoteLogMetadataManager
@@ -43,7 +49,8 @@ from tierlog_rlmm_topic import TopicBasedRemoteLogMetadataManager
 from tierlog.log.batch import ControlRecordType, decode_control_record
 from tierlog.log.checkpoint import parse_leader_epoch_checkpoint
 from tierlog.log.local_log import LocalLog
-from tierlog.log.reader import iter_batches_with_records
+from tierlog.log.reader import iter_batches, iter_batches_with_records
+from tierlog.log.recovery import OffsetsCheckpoint, write_offsets_checkpoint
 from tierlog.rlm.index_cache import RemoteIndexCache
 from tierlog.rlm.remote_read import RemoteLogReader, RemoteStorageFetchInfo, trim_partial_batch
 from tierlog.spi import (
@@ -69,6 +76,7 @@ from ._kafka_metadata import KafkaSegment, kafka_metadata_events, kafka_segments
 from ._produce import produce_mix
 
 SEGMENT_BYTES = 16_384
+TOPIC_CONFIG = {"internal.segment.bytes": str(SEGMENT_BYTES), "index.interval.bytes": "1500"}
 METADATA_PARTITIONS = 5
 """The broker's ``__remote_log_metadata`` partitions (``start_kafka``'s default)."""
 TIERLOG_NODE_ID = 7
@@ -293,6 +301,57 @@ def read_through_tierlog(
     return rows
 
 
+def assert_tierlog_copies_the_same(
+    kafka_local: Path, segments: list[RemoteLogSegmentMetadata], rsm: LocalTieredStorage
+) -> None:
+    """tierlog's ``LocalLog`` on a copy of Kafka's partition directory: what its RLM copy task
+    would ship for each segment Kafka tiered (``segment_copy_inputs``) is what Kafka shipped,
+    as Kafka's metadata and LocalTieredStorage's files show it: offsets, leader epochs, size,
+    max timestamp, transaction index, and the bytes of every file, the leader epoch checkpoint
+    text and the producer snapshot included."""
+    # Kafka's files as they are, as Kafka loads its own directory after a clean shutdown: the
+    # copy was taken from a running broker, and a recovery would rebuild the indexes of the
+    # segments after the recovery point (the same entries, except the one Kafka appends to the
+    # time index when a segment stops being active, here at the restart).
+    log_end = active_segment_base(kafka_local)
+    for _, header in iter_batches(kafka_local / f"{log_end:020d}.log"):
+        log_end = header.last_offset + 1
+    write_offsets_checkpoint(
+        kafka_local,
+        OffsetsCheckpoint(
+            recovery_point=log_end, log_start_offset=0, high_watermark=log_end, clean_shutdown=True
+        ),
+    )
+    log = LocalLog.open(kafka_local, TOPIC_CONFIG)
+    try:
+        for segment in segments:
+            inputs = log.segment_copy_inputs(segment.start_offset)
+            what = f"segment {segment.start_offset}-{segment.end_offset}"
+            assert inputs.end_offset == segment.end_offset, what
+            assert inputs.segment_leader_epochs == dict(segment.segment_leader_epochs), what
+            assert inputs.size_in_bytes == segment.segment_size_in_bytes, what
+            assert inputs.largest_timestamp == segment.max_timestamp_ms, what
+            assert inputs.txn_index_empty == segment.txn_idx_empty, what
+            stored = rsm.segment_paths(segment)
+            data = inputs.data
+            sources: dict[str, Path | bytes | None] = {
+                ".log": data.log_segment,
+                ".index": data.offset_index,
+                ".timeindex": data.time_index,
+                ".txnindex": data.transaction_index,
+                ".snapshot": data.producer_snapshot_index,
+                ".leader_epoch_checkpoint": bytes(data.leader_epoch_index),
+            }
+            for suffix, source in sources.items():
+                if source is None:
+                    assert not stored[suffix].exists(), (what, suffix)
+                    continue
+                ours = source if isinstance(source, bytes) else source.read_bytes()
+                assert ours == stored[suffix].read_bytes(), (what, suffix)
+    finally:
+        log.close()
+
+
 @pytest.mark.slow
 def test_tierlog_reads_the_history_kafka_tiered(
     kafka_factory: Callable[..., Service], tierlog_history: Callable[..., Any], tmp_path: Path
@@ -304,17 +363,11 @@ def test_tierlog_reads_the_history_kafka_tiered(
         properties={"log.retention.check.interval.ms": "1000", "log.initial.task.delay.ms": "0"},
     )
     topic = unique_topic("history")
-    topic_id = create_topic(
-        broker,
-        topic,
-        {
-            "remote.storage.enable": "true",
-            "internal.segment.bytes": str(SEGMENT_BYTES),
-            "local.retention.bytes": "1",
-            "index.interval.bytes": "1500",
-        },
-    )
+    topic_id = create_topic(broker, topic, {"remote.storage.enable": "true", **TOPIC_CONFIG})
     last_tiered = tier_with_two_epochs(broker, topic)
+    # Kafka's local log as it was when it tiered (kept until local retention is set below).
+    local_copy = tmp_path / "kafka-local" / f"{topic}-0"
+    shutil.copytree(partition_dir(broker, topic), local_copy)
 
     rlmm, rsm = tierlog_history(broker)
     tip = TopicIdPartition(Uuid.from_string(topic_id), topic, 0)
@@ -332,8 +385,15 @@ def test_tierlog_reads_the_history_kafka_tiered(
     assert any(not s.txn_idx_empty for s in segments)
     assert all(b.start_offset == a.end_offset + 1 for a, b in itertools.pairwise(segments))
 
+    # What tierlog's RLM would copy for the same local segments is what Kafka copied.
+    assert_tierlog_copies_the_same(local_copy, segments, rsm)
+
     # The records, through tierlog's remote read path, against what the broker serves from its
     # remote tier (once its local copies are gone).
+    with admin_client(broker) as admin:
+        admin.alter_configs(
+            [ConfigResource("TOPIC", topic, {"local.retention.bytes": "1"})], incremental=True
+        )
     wait_for(
         lambda: list_offset(broker, topic, OffsetSpec.EARLIEST_LOCAL) > last_tiered,
         "Kafka to delete the local copies of the tiered segments",
