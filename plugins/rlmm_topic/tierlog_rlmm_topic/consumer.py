@@ -392,6 +392,30 @@ class ConsumerTask:
         keeps its fetch state (a full ``assign()`` would make librdkafka look its leader up
         again, a 500 ms wait per reassignment). A partition stopped on an unreadable record
         stays assigned and paused until it is replayed or no longer needed."""
+        try:
+            self._update_incrementally(needed, replayed)
+        except KafkaException as exc:
+            _LOG.warning(
+                "cannot change the assignment of %s incrementally (%s): assigning it whole",
+                self._topic,
+                exc,
+            )
+            assignment = [
+                KafkaTopicPartition(
+                    self._topic, p, OFFSET_BEGINNING if p in replayed else self._start_offset(p)
+                )
+                for p in sorted(needed)
+            ]
+            if assignment:
+                self._consumer.assign(assignment)
+                # The thread alone changes _failures, so it reads them without the lock.
+                failed = self._failures
+                self._consumer.resume([tp for tp in assignment if tp.partition not in failed])
+            else:
+                self._consumer.unassign()
+        self._assigned = set(needed)
+
+    def _update_incrementally(self, needed: set[int], replayed: set[int]) -> None:
         topic = self._topic
         removed = sorted(self._assigned - needed)
         added = sorted(needed - self._assigned)
@@ -416,7 +440,6 @@ class ConsumerTask:
         if rewound:
             # A partition paused on an unreadable record is read again from the start.
             self._consumer.resume([KafkaTopicPartition(topic, p) for p in rewound])
-        self._assigned = set(needed)
 
     def _start_offset(self, partition: int) -> int:
         """Where a newly assigned metadata partition starts: after what was read, else at the
@@ -460,7 +483,7 @@ class ConsumerTask:
         assigned = self._assigned
         decode = self._applier.decode
         apply = self._applier.apply
-        stopped: set[int] = set()
+        stopped = self._failures  # only this thread changes it: read without the lock
         for message in messages:
             error = message.error()
             partition = message.partition()
@@ -482,7 +505,6 @@ class ConsumerTask:
                 event = decode(message.key(), message.value())
             except Exception as exc:
                 self._stop_partition(partition, offset, "cannot be decoded", exc)
-                stopped.add(partition)
                 continue
             tip = event.topic_id_partition
             if tip is None:
@@ -499,7 +521,6 @@ class ConsumerTask:
                     apply(event)
                 except Exception as exc:
                     self._stop_partition(partition, offset, "cannot be applied", exc)
-                    stopped.add(partition)
                     continue
                 read_by_user[tip] = offset
             read_by_meta[partition] = offset
