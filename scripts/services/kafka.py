@@ -59,7 +59,7 @@ LOCAL_TIERED_STORAGE: Final = "org.apache.kafka.server.log.remote.storage.LocalT
 READY_LINE: Final = "Kafka Server started"
 """What ``KafkaRaftServer`` logs once the broker serves (after the controller quorum formed)."""
 
-DEFAULT_HEAP: Final = "512m"
+DEFAULT_HEAP: Final = "768m"
 START_TIMEOUT_S: Final = 180.0
 """A broker listens in 10-25 s on two busy cores; a three-node quorum takes longer."""
 

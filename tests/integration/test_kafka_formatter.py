@@ -374,7 +374,8 @@ def test_the_brokers_tiered_storage_records_dump_the_same_in_both_tools(
         producer.produce(name, payload, partition=i % 2)
         if i % 500 == 0:
             producer.poll(0)
-    assert producer.flush(DEADLINE_S) == 0
+    undelivered = producer.flush(DEADLINE_S)
+    assert undelivered == 0, f"{undelivered} records still undelivered after {DEADLINE_S} s"
     wait_for(
         lambda: tiered_segments(capsys, kafka_broker.url, topic_id) >= 2 * 3,
         f"Kafka to tier three segments of each partition of {name}",
