@@ -202,12 +202,26 @@ class Writer:
         return [c for c in self.snapshot() if c.finished_at is not None and c.error is not None]
 
     def wait_acked(
-        self, count: int, what: str, *, issued_after: float | None = None, timeout: float
+        self,
+        count: int,
+        what: str,
+        *,
+        issued_after: float | None = None,
+        timeout: float,
+        no_failure_after: float | None = None,
     ) -> None:
         """Wait until ``count`` calls issued after ``issued_after`` were acknowledged on every
-        partition."""
+        partition; with ``no_failure_after``, fail at once if a call issued then or later
+        failed (rather than wait for the deadline)."""
 
         def enough() -> bool:
+            if no_failure_after is not None:
+                failed = [c for c in self.failed() if c.issued_at >= no_failure_after]
+                if failed:
+                    pytest.fail(
+                        f"while waiting for {what}: {len(failed)} calls failed: {failed[:5]}",
+                        pytrace=False,
+                    )
             acked = Counter(c.tip for c in self.acked(issued_after=issued_after))
             if all(acked[tip] >= count for tip in self.tips):
                 return True
@@ -276,6 +290,8 @@ class Writer:
                 offset += 10
             adds = [self._issue("add", tip, seg) for seg in segments]
             self._settle(adds)
+            if all(future is None for _, future in adds):
+                self._stop.wait(0.1)  # every call refused at once: do not spin
             updates = [
                 self._issue("update", tip, update_of(call.event.remote_log_segment_id, FINISHED))
                 for call, _ in adds
