@@ -42,6 +42,7 @@ from tierlog.log.recovery import OffsetsCheckpoint, write_offsets_checkpoint
 from tierlog.log.time_index import TimeIndex
 from tierlog.log.txn_index import AbortedTxn, TransactionIndex
 from tierlog.spi import (
+    CorruptRecordError,
     CustomMetadata,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -1469,15 +1470,90 @@ def test_truncated_tail_prints_what_was_readable(
     assert file["errors"][0]["position"] == pos[-1]
 
 
-def test_bad_magic_stops_at_its_position(capsys: pytest.CaptureFixture[str], segment: Path) -> None:
-    data = bytearray(segment.read_bytes())
+def test_unknown_magic_is_printed_and_the_dump_goes_on(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    """A batch whose magic byte is above 2 but whose length frames it is printed as Kafka's
+    ``DumpLogSegments`` prints it (a v2 batch with ``magic: 7``, ``isvalid`` from its CRC, which
+    does not cover the magic byte) and the batches after it follow; tierlog also reports it, so
+    the exit code is 1 (Kafka's tool exits 0). The integration test
+    ``test_unknown_magic_is_printed_and_skipped_as_kafka_does`` runs Kafka's tool on such a file."""
     pos = positions(segment)
+    _, clean_out, _ = run(capsys, "--deep", "--print-data-log", str(segment))
+    data = bytearray(segment.read_bytes())
     data[pos[2] + 16] = 7
+    segment.write_bytes(bytes(data))
+    message = "invalid magic byte 7 (expected 2) in record batch " + (
+        f"at position {pos[2]} of {segment}"
+    )
+
+    code, out, err = run(capsys, "--deep", "--print-data-log", str(segment))
+    assert code == 1
+    lines = batch_lines(out)
+    assert len(lines) == 8  # the old behaviour stopped here: 2 batches, then "Found N invalid"
+    assert f"position: {pos[2]} " in lines[2] and " magic: 7 " in lines[2]
+    assert lines[2].endswith("isvalid: true")
+    # Everything else is the undamaged file's dump, records of the odd batch included.
+    assert out == clean_out.replace(lines[2].replace(" magic: 7 ", " magic: 2 "), lines[2])
+    assert "invalid bytes" not in out
+    assert err == f"tierlog: error: {message}\n"
+
+    code, doc, _ = run_json(capsys, str(segment))
+    assert code == 1 and doc["ok"] is False
+    file = doc["files"][0]
+    assert [b["position"] for b in file["batches"]] == pos
+    assert [b["magic"] for b in file["batches"]] == [2, 2, 7, 2, 2, 2, 2, 2]
+    assert all(b["isValid"] for b in file["batches"])
+    assert file["errors"] == [{"message": message, "position": pos[2]}]
+    assert (file["validBytes"], file["trailingBytes"]) == (len(data), 0)
+
+    # The log's own reader (recovery, appends) still stops there, as Kafka's recovery does.
+    with pytest.raises(CorruptRecordError, match="invalid magic byte 7"):
+        list(iter_batches(segment))
+
+
+def test_unknown_magic_with_a_bad_crc_is_both_errors(
+    capsys: pytest.CaptureFixture[str], segment: Path
+) -> None:
+    pos = positions(segment)
+    data = bytearray(segment.read_bytes())
+    data[pos[3] + 16] = 9
+    data[pos[4] - 1] ^= 0xFF  # the last byte of batch 3: its CRC fails too
+    segment.write_bytes(bytes(data))
+    code, out, err = run(capsys, str(segment))
+    assert code == 1
+    lines = batch_lines(out)
+    assert len(lines) == 8 and all(" magic: 2 " in ln for i, ln in enumerate(lines) if i != 3)
+    assert " magic: 9 " in lines[3] and lines[3].endswith("isvalid: false")
+    errors = err.splitlines()
+    assert len(errors) == 2
+    assert errors[0].startswith("tierlog: error: invalid magic byte 9")
+    assert errors[1].startswith("tierlog: error: record batch CRC mismatch")
+    assert all(f"at position {pos[3]} of {segment}" in e for e in errors)
+
+
+@pytest.mark.parametrize(
+    ("magic", "length"),
+    [(7, 20), (7, 1 << 20), (0xC8, None), (0x80, None)],
+    ids=["length-below-a-v2-header", "length-past-the-end", "negative-200", "negative-128"],
+)
+def test_bad_magic_without_a_v2_frame_stops_at_its_position(
+    capsys: pytest.CaptureFixture[str], segment: Path, magic: int, length: int | None
+) -> None:
+    """No v2 frame to go on with (Kafka's tool stops there or dies): ``Found N invalid bytes``."""
+    pos = positions(segment)
+    data = bytearray(segment.read_bytes())
+    data[pos[2] + 16] = magic
+    if length is not None:
+        struct.pack_into(">i", data, pos[2] + 8, length)
     segment.write_bytes(bytes(data))
     code, out, err = run(capsys, str(segment))
     assert code == 1
     assert len(batch_lines(out)) == 2
-    assert "invalid magic byte 7" in err and f"at position {pos[2]} of {segment}" in err
+    assert out.splitlines()[-1] == (
+        f"Found {len(data) - pos[2]} invalid bytes at the end of {segment.name}"
+    )
+    assert f"at position {pos[2]} of {segment}" in err and len(err.splitlines()) == 1
 
 
 def test_legacy_message_format_gives_the_typed_error(

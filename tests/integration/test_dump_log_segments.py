@@ -648,13 +648,6 @@ def test_damaged_segments_agree(broker_partitions: list[Partition], tmp_path: Pa
     assert ours_run.stdout.split("\n") == kafka_run.stdout.split("\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known disagreement: a batch whose magic byte is above 2 ends tierlog's dump (Found N "
-    "invalid bytes), while Kafka's tool frames it by its length as a v2 batch, prints it with "
-    "its magic and goes on; tests/cli/test_log_dump.py::test_bad_magic_stops_at_its_position "
-    "pins tierlog's behaviour",
-)
 def test_unknown_magic_is_printed_and_skipped_as_kafka_does(
     broker_partitions: list[Partition], tmp_path: Path
 ) -> None:
@@ -667,4 +660,15 @@ def test_unknown_magic_is_printed_and_skipped_as_kafka_does(
     assert kafka_run.returncode == 0, kafka_run.stderr
     assert "magic: 7" in kafka_run.stdout and "invalid bytes" not in kafka_run.stdout
     ours_run = tierlog_dump([path])
+    assert ours_run.stdout.split("\n") == kafka_run.stdout.split("\n")
+    # tierlog also says what is wrong and where: an unknown format is damage (exit code 1).
+    assert ours_run.returncode == 1
+    assert ours_run.stderr == (
+        f"tierlog: error: invalid magic byte 7 (expected 2) in record batch at position {second} "
+        f"of {path}\n"
+    )
+    # Both tools decode its records as a v2 batch's.
+    kafka_run = dump_log_segments([path], "--deep-iteration", "--print-data-log")
+    assert kafka_run.returncode == 0, kafka_run.stderr
+    ours_run = tierlog_dump([path], "--deep-iteration", "--print-data-log")
     assert ours_run.stdout.split("\n") == kafka_run.stdout.split("\n")

@@ -84,7 +84,9 @@ dumped. Each FILE has ``kind``, ``path``, ``suffix`` (only for a ``.deleted``, `
 - ``"kind": "log"``: ``baseOffset``; ``batches``: ``{baseOffset, lastOffset, count, baseSequence,
   lastSequence, producerId, producerEpoch, partitionLeaderEpoch, isTransactional, isControl,
   deleteHorizonMs (int | null), position, timestampType ("CreateTime" | "LogAppendTime"),
-  maxTimestamp, size, magic, compressCodec, crc, isValid}``, with ``--deep`` also ``records``
+  maxTimestamp, size, magic, compressCodec, crc, isValid}`` (``isValid`` is Kafka's: the CRC;
+  a ``magic`` other than 2 is a batch of unknown format, framed as Kafka's tool frames it and
+  also in ``errors``, see *Corrupt input*), with ``--deep`` also ``records``
   (``null`` when the batch's records could not be decoded): ``{offset, timestamp, keySize,
   valueSize, sequence, headerKeys}``, for a control record also ``controlType`` (``"COMMIT"``,
   ``"ABORT"``, ...; ``null`` if unreadable) and, for COMMIT/ABORT, ``coordinatorEpoch``, and with
@@ -158,13 +160,19 @@ a zero entry followed by written ones is reported (it breaks the order).
 
 **Corrupt input** never ends in a traceback: what could be read is printed, then the error names
 the file and byte position. A batch with a wrong CRC is printed with ``isvalid: false`` and the
-dump goes on with the next batch (its length still frames the file, as Kafka's tool does); a
-torn or malformed frame (truncated tail, bad length, bad magic) ends the file's dump with Kafka's
-``Found N invalid bytes at the end of NAME``; a legacy batch (magic 0 or 1) gives the typed
-``UnsupportedRecordFormatError`` message. Records that fail to decode are reported and the dump
-goes on with the next batch. An RLMM record log is checked the same way, entry by entry: a CRC
-mismatch is reported and the dump goes on, a frame cut short or with an impossible length ends
-it; the file is never repaired (opening it with the RLMM would truncate a torn tail).
+dump goes on with the next batch (its length still frames the file, as Kafka's tool does). So
+does a batch whose magic byte is above 2 (3 to 127, a format no Kafka writes) when its length is
+one a v2 batch can have and ends inside the file: Kafka's tool reads any magic from 2 up as a v2
+batch, so it is printed as one, with its ``magic: M``, ``isvalid`` from its CRC (which does not
+cover the magic byte) and, with ``--deep``, its records decoded as v2's, and the dump goes on
+after it; tierlog also reports it as an error (``invalid magic byte M``, with its position), so
+the exit code is 1 where Kafka's tool exits 0. A torn or malformed frame (truncated tail, bad
+length, a negative magic byte, a magic above 2 without such a length) ends the file's dump with
+Kafka's ``Found N invalid bytes at the end of NAME``; a legacy batch (magic 0 or 1) gives the
+typed ``UnsupportedRecordFormatError`` message. Records that fail to decode are reported and the
+dump goes on with the next batch. An RLMM record log is checked the same way, entry by entry: a
+CRC mismatch is reported and the dump goes on, a frame cut short or with an impossible length
+ends it; the file is never repaired (opening it with the RLMM would truncate a torn tail).
 
 Exit codes: 0 nothing wrong; 1 a file is corrupt, unreadable or unsupported, or an index does
 not match its segment; 2 usage errors (an unknown file kind, a missing path), found before
@@ -173,7 +181,7 @@ checks a partition needs the exit code, so tierlog's is 1 for any mismatch.
 
 Segments are streamed with ``tierlog.log.reader.iter_batches`` (headers, CRC-checked in the
 reader's fast path); a batch is read again with ``os.pread`` only to decode its records or to
-recheck a CRC the reader refused.
+frame again a batch the reader refused (to recheck its CRC, or to take an unknown magic's length).
 """
 
 from __future__ import annotations
@@ -194,11 +202,16 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from tierlog.log.batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
+    HEADER,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
     RECORD_BATCH_OVERHEAD,
     ControlRecordType,
     RecordBatch,
     TimestampType,
     UnsupportedRecordFormatError,
+    bad_magic,
     corrupt,
     crc_mismatch,
     decode_control_record,
@@ -565,16 +578,47 @@ def _batch_crc(fd: int, position: int, header: RecordBatch) -> int:
     return crc
 
 
+def _unknown_magic_frame(fd: int, position: int, file_size: int) -> RecordBatch | None:
+    """The header at ``position`` if it frames a batch of an unknown magic (3 to 127), else None.
+
+    Kafka's ``FileLogInputStream`` takes any magic byte from 2 up (a Java byte, so 2 to 127) for
+    a v2 batch and frames it by its ``Length`` alone: its tool prints it with that magic, and
+    ``isvalid`` (the CRC, which does not cover the magic byte) as for any v2 batch, then goes
+    on. The frame is taken here only when the ``Length`` is one a v2 batch can have and ends
+    inside the file (Kafka's tool stops at a batch overflowing the file, and dies on one shorter
+    than a v2 header).
+    """
+    data = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
+    if len(data) < RECORD_BATCH_OVERHEAD:
+        return None
+    header = RecordBatch._make(HEADER.unpack_from(data))
+    if header.magic <= MAGIC_V2:  # 0 and 1 are legacy, negative is no format (signed byte)
+        return None
+    if not MIN_BATCH_LENGTH <= header.length <= file_size - position - LOG_OVERHEAD:
+        return None
+    return header
+
+
 def scan_segment(
     path: Path, fd: int, file_size: int
 ) -> Iterator[tuple[int, RecordBatch, int | None]]:
     """Yield ``(position, header, computed_crc)`` per batch; ``computed_crc`` only for a bad CRC.
 
-    The reader's CRC-checked fast path does the work. When it stops at a batch, the batch is
-    framed again here: if its header and length are sound, only its CRC can be wrong, so it is
-    yielded with the computed CRC and the scan resumes after it, as Kafka's tool prints an
-    invalid batch and goes on. Any other error (a torn or malformed frame, a legacy batch) is
-    raised after everything before it was yielded.
+    This is the dump's scan only: the log's own reading (recovery, appends) stops at the first
+    batch it cannot read, as Kafka's recovery does. The reader's CRC-checked fast path does the
+    work. When it stops at a batch, the batch is framed again here, as Kafka's tool frames it:
+
+    - if its header and length are sound, only its CRC can be wrong, so it is yielded with the
+      computed CRC and the scan resumes after it (Kafka's tool prints an invalid batch and goes
+      on);
+    - if its magic byte is above 2 (a format no Kafka writes) but its length frames a batch
+      inside the file, it is yielded as a v2 batch with that magic in its header (and the
+      computed CRC if that is wrong too), and the scan resumes after it: Kafka's tool reads any
+      magic from 2 up as a v2 batch, prints it with its magic and goes on. The caller reports
+      the magic (``header.magic != MAGIC_V2``).
+
+    Any other error (a torn or malformed frame, an impossible length, a legacy or negative
+    magic byte) is raised after everything before it was yielded.
     """
     start = 0
     while start < file_size:
@@ -587,14 +631,17 @@ def scan_segment(
         at = error.position
         if at is None:
             raise error
+        framed: RecordBatch | None
         try:
             framed = header_at(fd, at, file_size, path)
         except TierlogError:
-            raise error from None
+            framed = _unknown_magic_frame(fd, at, file_size)
+            if framed is None:
+                raise error from None
         computed = _batch_crc(fd, at, framed)
-        if computed == framed.crc:
+        if framed.magic == MAGIC_V2 and computed == framed.crc:
             raise error
-        yield at, framed, computed
+        yield at, framed, None if computed == framed.crc else computed
         start = at + framed.size_in_bytes
 
 
@@ -760,6 +807,9 @@ def _dump_batch(
 ) -> None:
     obj = _batch_obj(position, header)
     problems: list[tuple[str, int | None]] = []
+    if header.magic != MAGIC_V2:
+        # Printed as Kafka's tool prints it (a v2 batch with this magic), but it is damage.
+        problems.append((str(bad_magic(header.magic, position, str(path))), position))
     if bad_crc is not None:
         obj["isValid"] = False
         problems.append((str(crc_mismatch(header.crc, bad_crc, position, str(path))), position))
