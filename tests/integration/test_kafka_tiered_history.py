@@ -56,6 +56,7 @@ from tierlog.rlm.remote_read import RemoteLogReader, RemoteStorageFetchInfo, tri
 from tierlog.spi import (
     IndexType,
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
     TopicIdPartition,
     Uuid,
 )
@@ -214,31 +215,50 @@ def assert_segments_agree(
     rsm: LocalTieredStorage,
     tip: TopicIdPartition,
 ) -> list[RemoteLogSegmentMetadata]:
-    """tierlog's segments against Kafka's formatter and LocalTieredStorage's files."""
-    ours = sorted(rlmm.list_remote_log_segments(tip), key=lambda s: s.start_offset)
+    """tierlog's segments against Kafka's formatter and LocalTieredStorage's files; returns the
+    finished ones (COPY_SEGMENT_FINISHED) by start offset.
+
+    Every live segment counts, including a copy the broker's restart interrupted: Kafka leaves
+    it in COPY_SEGMENT_STARTED and copies the same offsets again under a new segment id, so two
+    segments may start at one offset. Both lists are ordered by (start offset, segment id)."""
+    ours = sorted(
+        rlmm.list_remote_log_segments(tip),
+        key=lambda s: (s.start_offset, str(s.remote_log_segment_id.id)),
+    )
     events = kafka_metadata_events(broker.url)
-    theirs = kafka_segments(events, str(tip.topic_id))
+    theirs = sorted(
+        kafka_segments(events, str(tip.topic_id)), key=lambda k: (k.start_offset, k.segment_id)
+    )
     assert [segment_view(s) for s in ours] == [kafka_view(k) for k in theirs]
 
-    # Per leader epoch, as Kafka's cache lists them: the segments holding the epoch, by start.
+    # Per leader epoch, as Kafka's cache lists them: the segments holding the epoch by start
+    # offset, a finished copy before an unfinished one at the same start (Kafka appends the
+    # unreferenced ones and sorts stably).
     for epoch in sorted({e for k in theirs for e in k.leader_epochs}):
         listed = rlmm.list_remote_log_segments(tip, epoch)
+        expected = sorted(
+            (k for k in theirs if epoch in k.leader_epochs),
+            key=lambda k: (k.start_offset, k.state != "COPY_SEGMENT_FINISHED"),
+        )
         assert [str(s.remote_log_segment_id.id) for s in listed] == [
-            k.segment_id for k in theirs if epoch in k.leader_epochs
+            k.segment_id for k in expected
         ], epoch
 
-    # The files LocalTieredStorage wrote: one set per live segment, named by start offset and
-    # segment id, the segment's size on disk; nothing else (deleted segments left nothing).
+    # The files LocalTieredStorage wrote: a full set per finished segment, named by start
+    # offset and segment id, the segment's size on disk; nothing for a deleted segment (an
+    # interrupted copy may or may not have left its files).
+    finished = [s for s in ours if s.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
     directory = remote_partition_dir(broker, tip.topic, str(tip.topic_id))
-    logs = sorted(p.name for p in directory.iterdir() if p.name.endswith(".log"))
-    assert logs == [f"{s.start_offset:020d}-{s.remote_log_segment_id.id}.log" for s in ours]
-    for segment in ours:
+    logs = {p.name for p in directory.iterdir() if p.name.endswith(".log")}
+    name = "{0.start_offset:020d}-{0.remote_log_segment_id.id}.log".format
+    assert {name(s) for s in finished} <= logs <= {name(s) for s in ours}
+    for segment in finished:
         paths = rsm.segment_paths(segment)
         for suffix in REMOTE_SUFFIXES:
             assert paths[suffix].parent == directory and paths[suffix].is_file(), paths[suffix]
         assert paths[".log"].stat().st_size == segment.segment_size_in_bytes
         assert paths[".txnindex"].is_file() == (not segment.txn_idx_empty)
-    return ours
+    return finished
 
 
 def aux_state_log(
