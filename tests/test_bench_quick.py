@@ -51,6 +51,13 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     "rsm": {
         "": {"backends", "errors", "size_mib", "memory_mib"},
     },
+    "rlmm_bootstrap": {
+        "": {"sizes", "largest", "latency", "goal_ratio"},
+        "largest": {"events", "ready_s", "records_per_s", "bare_records_per_s", "ratio"},
+        "latency": {"rlmm", "bare", "ratio"},
+        "latency.rlmm": {"add", "update", "call"},
+        "latency.bare": {"round_trip"},
+    },
 }
 RSM_BACKEND_KEYS = {
     "": {"upload", "fetch", "gets", "memory", "request_counts"},
@@ -96,7 +103,9 @@ def check_run(name: str, out: Path) -> dict[str, Any]:
     return results
 
 
-@pytest.mark.parametrize("name", ["log_append", "log_format", "metadata_cache", "rlm"])
+@pytest.mark.parametrize(
+    "name", ["log_append", "log_format", "metadata_cache", "rlm", "rlmm_bootstrap"]
+)
 def test_quick_run_writes_its_figures_and_chart(name: str, tmp_path: Path) -> None:
     check_run(name, tmp_path)
 
