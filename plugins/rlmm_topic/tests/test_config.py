@@ -175,6 +175,7 @@ def test_consumer_memory_is_bounded_unless_set() -> None:
     assert config.consumer["queued.max.messages.kbytes"] == "16384"
     assert config.consumer["fetch.max.bytes"] == str(8 * 1024 * 1024)
     assert config.consumer["isolation.level"] == "read_uncommitted"
+    assert config.consumer["fetch.queue.backoff.ms"] == "10"
     custom = parse(remote__log__metadata__consumer__queued__max__messages__kbytes="1024")
     assert custom.consumer["queued.max.messages.kbytes"] == "1024"
     assert "queued.max.messages.kbytes" not in custom.producer

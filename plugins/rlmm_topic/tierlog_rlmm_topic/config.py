@@ -176,6 +176,10 @@ _CONSUMER_DEFAULTS: Final = {
     # A seek (every new assignment replays from the beginning) waits for the fetch in flight;
     # 500 ms (both clients' default) would be added to every replay.
     "fetch.wait.max.ms": "100",
+    # Once the prefetch queue is full librdkafka waits this long before fetching again; its
+    # 1000 ms default made a bare reader of a million records six times slower
+    # (bench/rlmm_bootstrap.py). 0 would spin the fetcher.
+    "fetch.queue.backoff.ms": "10",
 }
 
 
