@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Final
 
 from tierlog._durable import atomic_write
-from tierlog.metadata import serde
+from tierlog.metadata import serde, write_checks
 from tierlog.metadata._record_log import RecordLog
 from tierlog.metadata.partitioner import metadata_partition
 from tierlog.metadata.serde import RemoteLogSegmentMetadataSnapshot
@@ -74,16 +74,13 @@ from tierlog.spi import (
     ConfigError,
     CorruptRecordError,
     IllegalStateError,
-    InvalidArgumentError,
     MetadataRecordError,
     RemoteLogMetadata,
     RemoteLogMetadataManager,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
-    RemoteResourceNotFoundException,
     RemoteStorageException,
     TopicIdPartition,
     hookimpl,
@@ -357,11 +354,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self, remote_log_segment_metadata: RemoteLogSegmentMetadata
     ) -> Future[None]:
         metadata = remote_log_segment_metadata
-        if metadata.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            raise InvalidArgumentError(
-                f"Given remoteLogSegmentMetadata {metadata} should have state as "
-                f"COPY_SEGMENT_STARTED but it contains state as: {metadata.state.name}"
-            )
+        write_checks.check_add(metadata)
         tip = metadata.topic_id_partition
         return self._write(tip, metadata, lambda: self._check_not_deleted(tip))
 
@@ -369,19 +362,13 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self, remote_log_segment_metadata_update: RemoteLogSegmentMetadataUpdate
     ) -> Future[None]:
         update = remote_log_segment_metadata_update
-        if update.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            raise InvalidArgumentError(
-                f"Given remoteLogSegmentMetadataUpdate {update} should not have the state as: "
-                "COPY_SEGMENT_STARTED"
-            )
+        write_checks.check_update(update)
         tip = update.topic_id_partition
 
         def check() -> None:
             self._check_not_deleted(tip)
             if not self._segment_known(tip, update.remote_log_segment_id):
-                raise RemoteResourceNotFoundException(
-                    f"No remote log segment metadata found for :{update.remote_log_segment_id}"
-                )
+                raise write_checks.unknown_segment(update.remote_log_segment_id)
 
         return self._write(tip, update, check)
 
@@ -393,10 +380,7 @@ class EmbeddedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _check_not_deleted(self, tip: TopicIdPartition) -> None:
         if not self._store.is_initialized(tip):
-            raise RemoteResourceNotFoundException(
-                f"partition {tip} was deleted (DELETE_PARTITION_FINISHED); its remote log "
-                "metadata cannot change any more"
-            )
+            raise write_checks.partition_deleted(tip)
 
     def _segment_known(self, tip: TopicIdPartition, segment_id: RemoteLogSegmentId) -> bool:
         """Whether the partition's cache holds the segment (not yet DELETE_SEGMENT_FINISHED).

@@ -62,18 +62,15 @@ from collections.abc import Callable, Iterator, Mapping, Set
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Final, TypeVar
 
-from tierlog.metadata import RemotePartitionMetadataStore, metadata_partition, serde
+from tierlog.metadata import RemotePartitionMetadataStore, metadata_partition, serde, write_checks
 from tierlog.spi import (
     ConfigError,
     IllegalStateError,
-    InvalidArgumentError,
     RemoteLogMetadata,
     RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
-    RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
-    RemoteResourceNotFoundException,
     RemoteStorageException,
     RemoteStorageNotReadyException,
     TopicIdPartition,
@@ -238,11 +235,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self, remote_log_segment_metadata: RemoteLogSegmentMetadata
     ) -> Future[None]:
         metadata = remote_log_segment_metadata
-        if metadata.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            raise InvalidArgumentError(
-                f"Given remoteLogSegmentMetadata {metadata} should have state as "
-                f"COPY_SEGMENT_STARTED but it contains state as: {metadata.state.name}"
-            )
+        write_checks.check_add(metadata)
         tip = metadata.topic_id_partition
         return self._write(tip, metadata, lambda: self._check_not_deleted(tip))
 
@@ -250,11 +243,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self, remote_log_segment_metadata_update: RemoteLogSegmentMetadataUpdate
     ) -> Future[None]:
         update = remote_log_segment_metadata_update
-        if update.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED:
-            raise InvalidArgumentError(
-                f"Given remoteLogSegmentMetadataUpdate {update} should not have the state as: "
-                "COPY_SEGMENT_STARTED"
-            )
+        write_checks.check_update(update)
         tip = update.topic_id_partition
 
         def check() -> None:
@@ -263,9 +252,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 tip, lambda: self._store.segment_metadata(tip, update.remote_log_segment_id)
             )
             if known is None:
-                raise RemoteResourceNotFoundException(
-                    f"No remote log segment metadata found for :{update.remote_log_segment_id}"
-                )
+                raise write_checks.unknown_segment(update.remote_log_segment_id)
 
         return self._write(tip, update, check)
 
@@ -277,10 +264,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _check_not_deleted(self, tip: TopicIdPartition) -> None:
         if self._applier.is_deleted(tip):
-            raise RemoteResourceNotFoundException(
-                f"partition {tip} was deleted (DELETE_PARTITION_FINISHED); its remote log "
-                "metadata cannot change any more"
-            )
+            raise write_checks.partition_deleted(tip)
 
     def _write(
         self, tip: TopicIdPartition, metadata: RemoteLogMetadata, check: Callable[[], None]
