@@ -1,0 +1,160 @@
+"""Reading one segment for a clean: its batches, its keys (pass 1), its transaction events.
+
+Every function here reads a single segment file and needs nothing from other segments except
+what it is handed (the aborted transactions of the round), so each is one independent task: the
+single-process cleaner calls them in a loop, the Spark engine in ``mapPartitions``.
+
+Keys are identified as Kafka's ``SkimpyOffsetMap`` identifies them: by the MD5 digest of the key
+bytes (16 bytes; a null key is no key, an empty key is a key). Holding digests rather than keys
+bounds the size of a map entry whatever the key length, and makes a tierlog map merge the keys
+Kafka's would merge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tierlog.compaction.txn import AbortedIndex, MarkerKind, TxnEvent
+from tierlog.log.batch import (
+    RECORD_BATCH_OVERHEAD,
+    ControlRecordType,
+    RecordBatch,
+    control_record_type,
+    decode_records,
+)
+from tierlog.log.reader import iter_batches
+from tierlog.log.record import Record
+
+__all__ = [
+    "KeyMap",
+    "SegmentScan",
+    "iter_raw_batches",
+    "key_digest",
+    "marker_kind",
+    "scan_segment",
+]
+
+KeyMap = dict[bytes, int]
+"""Key digest -> the latest offset of a record with that key."""
+
+
+def key_digest(key: bytes) -> bytes:
+    """The 16-byte MD5 digest that identifies a key in the offset map (Kafka's hash)."""
+    return hashlib.md5(key, usedforsecurity=False).digest()
+
+
+def iter_raw_batches(path: str | os.PathLike[str]) -> Iterator[tuple[RecordBatch, bytes]]:
+    """Every batch of the segment file ``path``: its header and its bytes (CRC checked).
+
+    The file is streamed (the shallow reader frames and checks each batch; the bytes are then
+    read with ``pread``), so memory stays at one batch whatever the segment's size.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with open(fd, "rb", closefd=False) as f:
+            for position, header in iter_batches(f, verify_crc=True):
+                size = header.size_in_bytes
+                data = os.pread(fd, size, position)
+                if len(data) != size:
+                    raise OSError(f"short read of {size} bytes at {position} in {path}")
+                yield header, data
+    finally:
+        os.close(fd)
+
+
+def records_of(header: RecordBatch, data: bytes, path: str | None = None) -> list[Record]:
+    """Decode the records of a batch read by ``iter_raw_batches``."""
+    return decode_records(header, memoryview(data)[RECORD_BATCH_OVERHEAD:], path=path)
+
+
+def marker_kind(header: RecordBatch, records: list[Record]) -> MarkerKind:
+    """What a control batch is for the transaction rules (its first record's type)."""
+    if not records:
+        return MarkerKind.EMPTY
+    kind, _ = control_record_type(records[0].key)
+    if kind == ControlRecordType.COMMIT:
+        return MarkerKind.COMMIT
+    if kind == ControlRecordType.ABORT:
+        return MarkerKind.ABORT
+    return MarkerKind.OTHER
+
+
+@dataclass(slots=True)
+class SegmentScan:
+    """What one read of a segment found: pass-1 keys and the transaction events."""
+
+    keys: KeyMap = field(default_factory=dict)
+    """Key digest -> latest offset, for keyed records at or past the first dirty offset in
+    batches that are neither control batches nor aborted."""
+    events: list[TxnEvent] = field(default_factory=list)
+    """One per transactional or control batch, in offset order."""
+    bytes_read: int = 0
+    records_read: int = 0
+    """Records decoded for the offset map."""
+
+
+def scan_segment(
+    path: str | os.PathLike[str],
+    *,
+    aborted: AbortedIndex,
+    first_dirty_offset: int | None,
+    end_offset: int,
+) -> SegmentScan:
+    """Read one segment once: its keys for the offset map (when ``first_dirty_offset`` is not
+    None) and its transaction events.
+
+    Pass 1 (Kafka's ``buildOffsetMapForSegment``) skips control batches and the batches of
+    aborted transactions, and maps every keyed record in ``[first_dirty_offset, end_offset)``;
+    keyless records are not mapped. Only the batches that pass 1 maps and the control batches
+    are decompressed; the rest is a shallow scan.
+    """
+    scan = SegmentScan()
+    name = str(path)
+    keys = scan.keys
+    events = scan.events
+    for header, data in iter_raw_batches(path):
+        scan.bytes_read += len(data)
+        if header.base_offset >= end_offset:
+            break
+        if header.is_control:
+            records = records_of(header, data, name)
+            events.append(
+                TxnEvent(
+                    header.base_offset,
+                    header.last_offset,
+                    header.producer_id,
+                    marker_kind(header, records),
+                )
+            )
+            continue
+        if header.is_transactional:
+            pid = header.producer_id
+            events.append(TxnEvent(header.base_offset, header.last_offset, pid, MarkerKind.NONE))
+            if aborted.is_aborted(header.producer_id, header.last_offset):
+                continue
+        if first_dirty_offset is None or header.last_offset < first_dirty_offset:
+            continue
+        records = records_of(header, data, name)
+        scan.records_read += len(records)
+        md5 = hashlib.md5
+        for record in records:
+            key = record.key
+            if key is not None and first_dirty_offset <= record.offset < end_offset:
+                keys[md5(key, usedforsecurity=False).digest()] = record.offset
+    return scan
+
+
+def segment_facts(path: Path) -> tuple[int | None, int]:
+    """``(first batch max timestamp, largest record timestamp)`` of a segment file, for
+    planning when no index is at hand (-1 for an empty segment's largest timestamp)."""
+    first: int | None = None
+    largest = -1
+    for _, header in iter_batches(path, verify_crc=False):
+        if first is None:
+            first = header.max_timestamp
+        largest = max(largest, header.max_timestamp)
+    return first, largest
