@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tierlog.compaction.engine import CleanEngine, GroupTask, PythonEngine, SegmentTask
 from tierlog.compaction.plan import (
     LogToClean,
     SegmentInfo,
@@ -27,10 +28,9 @@ from tierlog.compaction.plan import (
     group_segments_by_size,
     log_to_clean,
 )
-from tierlog.compaction.rewrite import RetentionContext, RewriteStats, rewrite_segment
-from tierlog.compaction.scan import KeyMap, scan_segment
-from tierlog.compaction.txn import AbortedIndex, TxnEvent, decide_transactions
-from tierlog.compaction.writer import CleanedSegmentWriter
+from tierlog.compaction.rewrite import RetentionContext, RewriteStats
+from tierlog.compaction.txn import AbortedIndex, decide_transactions
+from tierlog.compaction.writer import CLEANED_SUFFIX
 from tierlog.log.local_log import LocalLog
 from tierlog.log.segment import LogSegment
 from tierlog.log.txn_index import AbortedTxn
@@ -128,11 +128,14 @@ def clean_local_log(
     checkpoint: int | None,
     now_ms: int | None = None,
     force: bool = False,
+    engine: CleanEngine | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> CleanResult:
     """Run one cleaning round on ``log`` if it is eligible (or ``force``); see the module doc.
 
-    ``progress(phase, done, total)`` is called per segment in each phase ("map", "clean").
+    ``engine`` computes the two passes (``PythonEngine``, in this process, by default; the Spark
+    engine in ``spark_engine``). ``progress(phase, done, total)`` is called per segment in each
+    phase ("map", "clean") by engines that can.
     """
     started = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -151,73 +154,66 @@ def clean_local_log(
     )
     if not eligible:
         return result
+    engine = engine or PythonEngine()
 
     end_offset = plan.first_uncleanable_offset
     first_dirty = plan.first_dirty_offset
     all_segments = log.segments
     to_clean = [s for s in all_segments if s.base_offset < end_offset]
     aborted = AbortedIndex(_aborted_entries(all_segments, end_offset))
+    tasks = [
+        SegmentTask(
+            index=i,
+            base_offset=s.base_offset,
+            next_offset=to_clean[i + 1].base_offset if i + 1 < len(to_clean) else end_offset,
+            path=str(s.log_path),
+        )
+        for i, s in enumerate(to_clean)
+    ]
 
     # Pass 1 and the transaction events: one read of each segment of the round.
-    offset_map: KeyMap = {}
-    events: list[TxnEvent] = []
-    for i, segment in enumerate(to_clean):
-        next_base = to_clean[i + 1].base_offset if i + 1 < len(to_clean) else end_offset
-        dirty = next_base > first_dirty
-        scan = scan_segment(
-            segment.log_path,
-            aborted=aborted,
-            first_dirty_offset=first_dirty if dirty else None,
-            end_offset=end_offset,
-        )
-        offset_map.update(scan.keys)
-        events.extend(scan.events)
-        result.map_bytes_read += scan.bytes_read
-        if progress is not None:
-            progress("map", i + 1, len(to_clean))
-    decisions = decide_transactions(events, aborted.entries)
+    scanned = engine.scan(
+        tasks,
+        aborted=aborted,
+        first_dirty_offset=first_dirty,
+        end_offset=end_offset,
+        progress=progress,
+    )
+    result.map_bytes_read = scanned.bytes_read
+    result.keys_mapped = scanned.keys_mapped
     ctx = RetentionContext(
         now_ms=now,
         delete_retention_ms=config.delete_retention_ms,
         first_uncleanable_offset=end_offset,
         map_latest_offset=end_offset - 1,
         producers=log.last_records_of_active_producers(),
-        decisions=decisions,
+        decisions=decide_transactions(scanned.events, aborted.entries),
     )
-    lookup = offset_map.get
 
-    def latest_offset_of(digest: bytes) -> int:
-        return lookup(digest, -1)
-
-    # Pass 2: rewrite group by group, swapping each group in as it is done.
+    # Pass 2: every group rewritten into a .cleaned segment, then swapped in, in order.
     by_base = {s.base_offset: s for s in to_clean}
-    groups = group_segments_by_size(
-        [segment_info(s) for s in to_clean],
-        max_size=config.segment_size,
-        max_index_size=config.max_index_size,
-        first_uncleanable_offset=end_offset,
-    )
-    done = 0
-    for group in groups:
-        sources = [by_base[info.base_offset] for info in group]
-        writer = CleanedSegmentWriter(log.dir, sources[0].base_offset, config)
-        try:
-            for source in sources:
-                for header, data, entry in rewrite_segment(
-                    source.log_path, ctx, latest_offset_of, result.stats
-                ):
-                    writer.append(header, data, entry)
-                done += 1
-                if progress is not None:
-                    progress("clean", done, len(to_clean))
-            cleaned = writer.finish(sources[-1].last_modified())
-        except BaseException:
-            writer.abort()
-            raise
-        log.replace_segments([cleaned], sources)
+    task_of = {t.base_offset: t for t in tasks}
+    groups = [
+        GroupTask(
+            base_offset=group[0].base_offset,
+            sources=tuple(task_of[info.base_offset] for info in group),
+            directory=str(log.dir),
+            last_modified_ms=by_base[group[-1].base_offset].last_modified(),
+        )
+        for group in group_segments_by_size(
+            [segment_info(s) for s in to_clean],
+            max_size=config.segment_size,
+            max_index_size=config.max_index_size,
+            first_uncleanable_offset=end_offset,
+        )
+    ]
+    for written in engine.rewrite(groups, ctx=ctx, config=config, progress=progress):
+        result.stats.add(written.stats)
+        cleaned = LogSegment.open(log.dir, written.base_offset, config, suffix=CLEANED_SUFFIX)
+        group = next(g for g in groups if g.base_offset == written.base_offset)
+        log.replace_segments([cleaned], [by_base[t.base_offset] for t in group.sources])
         result.segments_written += 1
     result.segments_read = len(to_clean)
-    result.keys_mapped = len(offset_map)
     result.cleaned = True
     result.elapsed_s = time.monotonic() - started
     _LOG.info("%s", result.summary_line())

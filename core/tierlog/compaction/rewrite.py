@@ -22,7 +22,6 @@ segment's rewrite needs nothing from other segments: one task each.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -162,17 +161,18 @@ def _batch_retention(
 def rewrite_segment(
     path: str | os.PathLike[str],
     ctx: RetentionContext,
-    latest_offset_of: Callable[[bytes], int],
+    superseded: Callable[[int, bytes], bool],
     stats: RewriteStats,
 ) -> Iterator[tuple[RecordBatch, bytes, AbortedTxn | None]]:
     """The batches of the segment ``path`` that survive, as ``(header, bytes, index entry)``.
 
-    ``latest_offset_of(digest)`` is the offset map's lookup (-1 for a key it does not hold).
+    ``superseded(offset, key)`` says whether the offset map holds a later offset for the key of
+    the record at ``offset`` (the single-process cleaner looks the key's digest up in its map;
+    a Spark task holds the set of its segment's superseded offsets, computed by a join).
     ``index entry`` is the aborted transaction a kept ABORT marker carries into the cleaned
     transaction index (None for every other batch).
     """
     name = str(path)
-    md5 = hashlib.md5
     now = ctx.now_ms
     latest_mapped = ctx.map_latest_offset
     for header, data in iter_raw_batches(path):
@@ -203,9 +203,7 @@ def rewrite_segment(
             if key is None:
                 stats.invalid_records += 1
                 continue
-            if record.offset >= latest_offset_of(md5(key, usedforsecurity=False).digest()) and (
-                record.value is not None or retain_deletes
-            ):
+            if not superseded(record.offset, key) and (record.value is not None or retain_deletes):
                 kept.append(record)
                 tombstone = tombstone or record.value is None
         index_entry = (
