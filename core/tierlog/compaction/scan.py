@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from tierlog.compaction.txn import AbortedIndex, MarkerKind, TxnEvent
 from tierlog.log.batch import (
@@ -30,12 +31,14 @@ from tierlog.log.reader import iter_batches
 from tierlog.log.record import Record
 
 __all__ = [
+    "BatchRows",
     "KeyMap",
     "SegmentScan",
     "iter_raw_batches",
     "key_digest",
     "marker_kind",
     "scan_segment",
+    "iter_segment_rows",
 ]
 
 KeyMap = dict[bytes, int]
@@ -146,6 +149,55 @@ def scan_segment(
             if key is not None and first_dirty_offset <= record.offset < end_offset:
                 keys[md5(key, usedforsecurity=False).digest()] = record.offset
     return scan
+
+
+class BatchRows(NamedTuple):
+    """What one batch contributes to the distributed scan (see ``iter_segment_rows``)."""
+
+    size: int
+    records: int
+    """Records decoded."""
+    event: TxnEvent | None
+    digests: list[bytes]
+    offsets: list[int]
+
+
+def iter_segment_rows(
+    path: str | os.PathLike[str], *, aborted: AbortedIndex, end_offset: int
+) -> Iterator[BatchRows]:
+    """Read one segment for the distributed engine, batch by batch.
+
+    Every keyed record of a batch that is neither a control batch nor aborted comes out as a
+    (digest, offset) row: every one, not only the latest per key, since the engine finds the
+    superseded records by joining these rows with the offset map. Every transactional or control
+    batch comes out as its ``TxnEvent``.
+    """
+    name = str(path)
+    md5 = hashlib.md5
+    for header, data in iter_raw_batches(path):
+        if header.base_offset >= end_offset:
+            break
+        if header.is_control:
+            records = records_of(header, data, name)
+            kind = marker_kind(header, records)
+            event = TxnEvent(header.base_offset, header.last_offset, header.producer_id, kind)
+            yield BatchRows(len(data), len(records), event, [], [])
+            continue
+        event = None
+        if header.is_transactional:
+            pid = header.producer_id
+            event = TxnEvent(header.base_offset, header.last_offset, pid, MarkerKind.NONE)
+            if aborted.is_aborted(pid, header.last_offset):
+                yield BatchRows(len(data), 0, event, [], [])
+                continue
+        records = records_of(header, data, name)
+        digests = [
+            md5(r.key, usedforsecurity=False).digest()
+            for r in records
+            if r.key is not None and r.offset < end_offset
+        ]
+        offsets = [r.offset for r in records if r.key is not None and r.offset < end_offset]
+        yield BatchRows(len(data), len(records), event, digests, offsets)
 
 
 def segment_facts(path: Path) -> tuple[int | None, int]:
