@@ -12,7 +12,9 @@ Subcommands:
 - ``produce``, ``consume``, ``topics [list|create|describe|alter|delete]``, ``status``: use a
   running node through its HTTP API (``--url``, default ``$TIERLOG_URL`` or
   ``http://127.0.0.1:8405``; ``tierlog.cli._client_cmds``);
-- ``quickstart``: the end-to-end demo on the embedded defaults (``tierlog.cli._quickstart``).
+- ``quickstart``: the end-to-end demo on the embedded defaults (``tierlog.cli._quickstart``);
+- ``compact DIR``: one log-cleaner round on a partition directory, offline
+  (``tierlog.cli._compact``).
 
 Exit codes: 0 success, 1 a failed check or an I/O failure (a broken pipe, an address in use),
 2 a usage or tierlog error (the message is on stderr as ``tierlog: error: ...``), 130
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from tierlog._version import __version__
 from tierlog.cli import (
     _client_cmds,
+    _compact,
     _conformance,
     _log,
     _metadata,
@@ -56,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve.add_parser(commands)
     _client_cmds.add_parser(commands)
     _quickstart.add_parser(commands)
+    _compact.add_parser(commands)
     return parser
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tierlog.compaction.cleaner import CleanResult, clean_local_log
+from tierlog.compaction.engine import CleanEngine
 from tierlog.log.cleaner_checkpoint import CleanerOffsetCheckpoints, read_offset_checkpoint
 from tierlog.log.local_log import LocalLog
 
@@ -32,13 +33,15 @@ def clean_partition_dir(
     config: Mapping[str, object] | None = None,
     now_ms: int | None = None,
     force: bool = False,
+    engine: CleanEngine | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> CleanSummary:
     """Run one cleaning round on the partition directory ``directory``.
 
     ``config`` holds the topic's configuration with Kafka's keys (``cleanup.policy`` defaults to
     ``compact`` here); ``now_ms`` is the round's clock (wall clock by default); ``force`` cleans
-    even below ``min.cleanable.dirty.ratio`` when there is something to clean.
+    even below ``min.cleanable.dirty.ratio`` when there is something to clean; ``engine`` is
+    the in-process engine by default (``spark_engine.SparkEngine`` for a Spark job).
     """
     path = Path(directory)
     if not path.is_dir():
@@ -57,6 +60,7 @@ def clean_partition_dir(
             checkpoint=checkpoints.get(tp),
             now_ms=now_ms,
             force=force,
+            engine=engine,
             progress=progress,
         )
         if result.cleaned:
