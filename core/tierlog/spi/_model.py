@@ -206,6 +206,10 @@ class RemoteLogSegmentMetadata:
     custom_metadata: CustomMetadata | None = None
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
     txn_idx_empty: bool = False
+    cleaner_offsets: Mapping[int, int] | None = None
+    """tierlog extension (compacted topics in tiered storage, KIP-1272): for a segment written by
+    the log cleaner, the cleaner offset reached under each leader epoch (the checkpoint vector
+    that fences a zombie leader's cleaning); None for a segment copied from the local log."""
 
     def __post_init__(self) -> None:
         if self.start_offset < 0:
@@ -224,6 +228,10 @@ class RemoteLogSegmentMetadata:
             raise InvalidArgumentError(f"state must be a RemoteLogSegmentState: {self.state!r}")
         epochs = _frozen_epochs(self.segment_leader_epochs)
         object.__setattr__(self, "segment_leader_epochs", epochs)
+        if self.cleaner_offsets is not None:
+            if not self.cleaner_offsets:
+                raise InvalidArgumentError("cleaner_offsets must be None or hold an epoch")
+            object.__setattr__(self, "cleaner_offsets", _frozen_epochs(self.cleaner_offsets))
 
     @property
     def topic_id_partition(self) -> TopicIdPartition:
@@ -250,6 +258,7 @@ class RemoteLogSegmentMetadata:
             update.custom_metadata,
             update.state,
             self.txn_idx_empty,
+            self.cleaner_offsets,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -267,6 +276,7 @@ class RemoteLogSegmentMetadata:
             and self.custom_metadata == other.custom_metadata
             and self.state == other.state
             and self.txn_idx_empty == other.txn_idx_empty
+            and _as_dict(self.cleaner_offsets) == _as_dict(other.cleaner_offsets)
         )
 
     def __hash__(self) -> int:
@@ -287,8 +297,13 @@ class RemoteLogSegmentMetadata:
                 self.custom_metadata,
                 self.state,
                 self.txn_idx_empty,
+                _as_dict(self.cleaner_offsets),
             ),
         )
+
+
+def _as_dict(epochs: Mapping[int, int] | None) -> dict[int, int] | None:
+    return None if epochs is None else dict(epochs)
 
 
 @dataclass(frozen=True, slots=True)
