@@ -35,15 +35,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from tierlog._durable import atomic_write
+from tierlog.log._checkpoint_file import read_checkpoint, write_checkpoint
 from tierlog.log.batch import LOG_OVERHEAD
-from tierlog.log.checkpoint import CorruptCheckpointError
 from tierlog.log.files import (
     CLEANED_FILE_SUFFIX,
     DELETE_DIR_SUFFIX,
@@ -101,9 +99,6 @@ class OffsetsCheckpoint:
     clean_shutdown: bool = False
 
 
-_INTEGER: Final = re.compile(r"-?[0-9]+")
-"""What ``write_offsets_checkpoint`` writes for a number (``int()`` alone would also take
-``" 1_0 "``)."""
 _CHECKPOINT_NAMES: Final = (
     "recovery-point",
     "log-start-offset",
@@ -117,77 +112,25 @@ def read_offsets_checkpoint(directory: str | os.PathLike[str]) -> OffsetsCheckpo
     """The partition's ``tierlog-offsets-checkpoint``, or None if there is none.
 
     A malformed file raises ``CorruptCheckpointError`` (as the other checkpoint readers do)
-    naming the file, the line and what is wrong with it; the file is rewritten atomically at
-    every flush, so that means the disk or someone else damaged it. Entries of unknown names
-    are ignored (a later version may add some); each of the four known ones must be there.
+    naming the file, the line and what is wrong with it (Kafka's checkpoint text, read by
+    ``_checkpoint_file``); the file is rewritten atomically at every flush, so that means the
+    disk or someone else damaged it. Entries of unknown names are ignored (a later version may
+    add some); each of the four known ones must be there.
     """
-    path = Path(directory) / OFFSETS_CHECKPOINT_FILENAME
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    checkpoint = read_checkpoint(
+        Path(directory) / OFFSETS_CHECKPOINT_FILENAME,
+        kind="offsets checkpoint",
+        version=_CHECKPOINT_VERSION,
+        fields=("name", "value"),
+    )
+    if checkpoint is None:
         return None
-    where = f"malformed offsets checkpoint {path}"
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise CorruptCheckpointError(
-            f"{where}: line {line} is not ASCII text (byte {e.start})",
-            path=str(path),
-            position=e.start,
-            line=line,
-        ) from e
-    lines: list[tuple[int, str]] = []  # (byte position, text) of each line
-    start = 0
-    for part in text.split("\n"):
-        lines.append((start, part))
-        start += len(part) + 1
-    if lines[-1][1] == "":
-        lines.pop()  # the newline that ends the last line
-
-    def malformed(number: int, reason: str) -> CorruptCheckpointError:
-        if number > len(lines):
-            ends = f"ends before line {number}" if lines else "is empty"
-            return CorruptCheckpointError(
-                f"{where}: the file {ends} ({reason})",
-                path=str(path),
-                position=len(data),
-                line=number,
-            )
-        at, line = lines[number - 1]
-        return CorruptCheckpointError(
-            f"{where}: line {number} {line!r}: {reason}", path=str(path), position=at, line=number
-        )
-
-    def integer(number: int, text: str, what: str) -> int:
-        if _INTEGER.fullmatch(text) is None:
-            raise malformed(number, f"{what} is not an integer")
-        return int(text)
-
-    if not lines:
-        raise malformed(1, "expected the version")
-    version = integer(1, lines[0][1], "the version")
-    if version != _CHECKPOINT_VERSION:
-        raise malformed(1, f"unknown version {version}, expected {_CHECKPOINT_VERSION}")
-    if len(lines) < 2:
-        raise malformed(2, "expected the number of entries")
-    count = integer(2, lines[1][1], "the number of entries")
-    if count != len(lines) - 2:
-        raise malformed(2, f"{count} entries announced, {len(lines) - 2} found")
     values: dict[str, int] = {}
-    for number in range(3, len(lines) + 1):
-        fields = lines[number - 1][1].split()
-        if len(fields) != 2:
-            raise malformed(number, "expected '<name> <value>'")
-        name, value = fields
-        values[name] = integer(number, value, f"the value of {name}")
+    for number, (name, value) in checkpoint.entries:
+        values[name] = checkpoint.integer(number, value, f"the value of {name}")
     missing = [name for name in _CHECKPOINT_NAMES if name not in values]
     if missing:
-        raise CorruptCheckpointError(
-            f"{where}: no {', '.join(repr(m) for m in missing)} entry",
-            path=str(path),
-            position=0,
-        )
+        raise checkpoint.fault(f"no {', '.join(repr(m) for m in missing)} entry")
     return OffsetsCheckpoint(
         recovery_point=values["recovery-point"],
         log_start_offset=values["log-start-offset"],
@@ -206,9 +149,12 @@ def write_offsets_checkpoint(
         checkpoint.high_watermark,
         int(checkpoint.clean_shutdown),
     )
-    entries = list(zip(_CHECKPOINT_NAMES, values, strict=True))
-    text = f"{_CHECKPOINT_VERSION}\n{len(entries)}\n" + "".join(f"{n} {v}\n" for n, v in entries)
-    atomic_write(Path(directory) / OFFSETS_CHECKPOINT_FILENAME, text.encode("ascii"), sync=sync)
+    write_checkpoint(
+        Path(directory) / OFFSETS_CHECKPOINT_FILENAME,
+        _CHECKPOINT_VERSION,
+        zip(_CHECKPOINT_NAMES, values, strict=True),
+        sync=sync,
+    )
 
 
 # Producer state replay -----------------------------------------------------------------------
