@@ -25,6 +25,18 @@ each epoch's ``offsetToId`` is a pair of sorted ``array`` columns searched with 
 DELETE_SEGMENT_FINISHED segments are reused; a per-row generation number lets a long listing
 notice that a row it has not reached yet now belongs to another segment.
 
+Cleaned segments (tierlog's compacted topics in tiered storage, KIP-1272) are the one addition.
+A segment the log cleaner rewrote is uploaded under a new id with the same offsets and leader
+epochs as the segment it replaces, and its metadata carries the cleaner-offset vector (the
+offset each leader epoch's cleaner reached). Kafka's rule (the last COPY_SEGMENT_FINISHED
+mapped at a start offset wins) would let a zombie leader's late upload win; here a cleaned
+segment takes over its offsets only if it is at least as new (its vector's top epoch, then the
+cleaner offset there) as the segment it replaces, and valid: its vector claims for no earlier
+epoch more than the newest epoch's vector resolved for it, whatever order the events came in.
+When a newer epoch's vector appears, segments routed earlier that it invalidates are routed back
+to the best valid segment of the same offsets. A cleaned segment not routed leaves its epochs'
+lists, as a segment Kafka's ``put`` displaced; segments without a vector follow Kafka exactly.
+
 ``remote_log_size(epoch)`` (KIP-852) is a running sum per epoch, updated at every change of
 membership of the epoch's list, so it costs the same for ten segments or ten million.
 """
@@ -289,6 +301,11 @@ class RemoteLogMetadataCache:
         self._ep_at = array("I")
         self._ep_n = array("I")
         self._custom: dict[int, CustomMetadata] = {}
+        # Cleaner-offset vectors of rows the log cleaner wrote (compacted topics, KIP-1272), and
+        # the resolved vector: what the newest leader epoch's cleaner says each earlier epoch's
+        # cleaner reached (see "Cleaned segments" in the module docstring).
+        self._cleaner: dict[int, dict[int, int]] = {}
+        self._resolved: tuple[int, dict[int, int]] | None = None
         # Rows recently returned by the offset lookup, as built (the objects are immutable): a
         # catch-up read asks for the same segment once per fetch. Any write to a row drops it.
         self._looked_up: dict[int, RemoteLogSegmentMetadata] = {}
@@ -407,7 +424,10 @@ class RemoteLogMetadataCache:
                 _check_range("brokerId", update.broker_id, _I32_MIN, _I32_MAX)
                 _check_range("eventTimestampMs", update.event_timestamp_ms, _I64_MIN, _I64_MAX)
             if target is _FINISHED:
-                self._on_copy_finished(slot)
+                if slot in self._cleaner:
+                    self._on_cleaned_copy_finished(slot)
+                else:
+                    self._on_copy_finished(slot)
             elif target is _DELETE_STARTED:
                 self._on_delete_started(slot)
             else:
@@ -635,6 +655,10 @@ class RemoteLogMetadataCache:
             self._custom.pop(slot, None)
         else:
             self._custom[slot] = m.custom_metadata
+        if m.cleaner_offsets is None:
+            self._cleaner.pop(slot, None)
+        else:
+            self._cleaner[slot] = dict(m.cleaner_offsets)
         self._looked_up.pop(slot, None)
         return slot
 
@@ -695,6 +719,7 @@ class RemoteLogMetadataCache:
             self._custom.get(slot),
             _STATES[self._state[slot]],
             bool(self._txn[slot]),
+            self._cleaner.get(slot),
         )
 
     def _iterate(
@@ -923,6 +948,120 @@ class RemoteLogMetadataCache:
             if highest is None or epoch_end > highest:
                 state.highest = epoch_end
 
+    # Cleaned segments (compacted topics in tiered storage) -------------------------------------
+    def _generation(self, slot: int) -> tuple[int, int]:
+        """How new a row's content is: (top epoch, cleaner offset there) of its vector; a row
+        copied from the local log (no vector) is older than every cleaned one."""
+        vector = self._cleaner.get(slot)
+        if not vector:
+            return (-1, -1)
+        top = max(vector)
+        return (top, vector[top])
+
+    def _is_valid(self, slot: int) -> bool:
+        """False for a row whose vector claims more for an earlier epoch than the newest
+        epoch's cleaner resolved for it: a zombie leader's late output (KIP-1272's table)."""
+        vector = self._cleaner.get(slot)
+        resolved = self._resolved
+        if not vector or resolved is None:
+            return True
+        top, prefix = resolved
+        for epoch, offset in vector.items():
+            if epoch < top:
+                # An epoch the newest leader's vector does not name was not in its lineage.
+                limit = prefix.get(epoch)
+                if limit is None or offset > limit:
+                    return False
+        return True
+
+    def _resolve(self, slot: int) -> bool:
+        """Fold a finished cleaned row into the resolved vector; True if the newest epoch
+        changed (every routed cleaned row must then be checked again)."""
+        vector = self._cleaner[slot]
+        top = max(vector)
+        current = self._resolved
+        if current is not None and top < current[0]:
+            return False
+        prefix = {epoch: offset for epoch, offset in vector.items() if epoch < top}
+        if current is not None and top == current[0]:
+            # Rows of one leader carry the prefix it resolved when it took over: keep the first.
+            return False
+        self._resolved = (top, prefix)
+        return True
+
+    def _routed_at(self, slot: int) -> list[tuple[_EpochState, int, int]]:
+        """``(epoch state, start, row)`` for each epoch of ``slot``: the row mapped at that
+        epoch's start of ``slot`` (-1 when none)."""
+        out = []
+        for epoch, start in self._row_epochs(slot):
+            state = self._epoch(epoch)
+            i = bisect_left(state.keys, start, state.head)
+            mapped = state.slots[i] if i < len(state.keys) and state.keys[i] == start else -1
+            out.append((state, start, mapped))
+        return out
+
+    def _on_cleaned_copy_finished(self, slot: int) -> None:
+        """A cleaned row finished: route it only if it is valid and at least as new as what
+        its offsets map to now; otherwise it stays listed under its epochs as unreferenced, as a
+        segment Kafka's ``put`` displaced, for the expiration task to delete. A new leader
+        epoch's vector may invalidate rows routed earlier (a zombie's output that arrived first):
+        those are routed back to the best valid row of the same offsets."""
+        changed = self._resolve(slot)
+        if self._is_valid(slot) and all(
+            mapped < 0 or self._generation(slot) >= self._generation(mapped)
+            for _, _, mapped in self._routed_at(slot)
+        ):
+            self._on_copy_finished(slot)
+        else:
+            _LOG.info(
+                "Cleaned remote segment %s (cleaner offsets %s) is not routed: it is fenced by "
+                "the cleaner offsets %s or older than the segment it would replace",
+                self._segment_id(slot),
+                self._cleaner[slot],
+                self._resolved,
+            )
+        if changed:
+            self._reroute_invalid()
+
+    def _reroute_invalid(self) -> None:
+        for slot in [s for s in self._cleaner if self._state[s] == _FINISHED]:
+            if self._is_valid(slot):
+                continue
+            for state, start, mapped in self._routed_at(slot):
+                if mapped != slot:
+                    continue
+                best = self._best_row(slot)
+                state.remove(start, slot)
+                state.unref_add(slot)  # still listed, now unreferenced
+                if best >= 0:
+                    was_member = state.in_unref(best)
+                    state.put(start, best)
+                    if was_member:
+                        state.unref_discard(best)
+                    else:
+                        self._join(state, best)
+                    self._looked_up.pop(best, None)
+            self._looked_up.pop(slot, None)
+
+    def _best_row(self, slot: int) -> int:
+        """The newest valid finished row with the same offsets and epochs as ``slot``."""
+        epochs = self._row_epochs(slot)
+        best, best_gen = -1, (-2, -2)
+        for row in range(len(self._state)):
+            if (
+                row == slot
+                or self._state[row] != _FINISHED
+                or self._start[row] != self._start[slot]
+                or self._end[row] != self._end[slot]
+                or not self._is_valid(row)
+                or self._row_epochs(row) != epochs
+            ):
+                continue
+            generation = self._generation(row)
+            if generation > best_gen:
+                best, best_gen = row, generation
+        return best
+
     def _on_delete_started(self, slot: int) -> None:
         for epoch, start in self._row_epochs(slot):
             state = self._epoch(epoch)
@@ -952,6 +1091,7 @@ class RemoteLogMetadataCache:
         self._index_remove(slot)
         self._pool_release(self._ep_at[slot], self._ep_n[slot])
         self._custom.pop(slot, None)
+        self._cleaner.pop(slot, None)
         self._looked_up.pop(slot, None)
         self._state[slot] = _FREE
         self._gen[slot] = (self._gen[slot] + 1) & 0xFFFFFFFF
