@@ -191,7 +191,10 @@ def test_config_from_properties_strings() -> None:
             {"remote.storage.enable": True, "retention.bytes": 100, "local.retention.bytes": -1},
             "local.retention.bytes",
         ),
-        ({"remote.storage.enable": True, "cleanup.policy": "compact"}, "cleanup.policy"),
+        ({"min.compaction.lag.ms": -1}, "min.compaction.lag.ms"),
+        ({"max.compaction.lag.ms": 0}, "max.compaction.lag.ms"),
+        ({"min.cleanable.dirty.ratio": "1.5"}, "min.cleanable.dirty.ratio"),
+        ({"delete.retention.ms": -1}, "delete.retention.ms"),
         (
             {
                 "remote.storage.enable": True,

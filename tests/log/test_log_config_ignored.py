@@ -56,27 +56,36 @@ def test_each_setting_is_reported_once_however_often_a_config_is_built(
     assert "min.insync.replicas" in reported[0] and "preallocate" in reported[1]
 
 
-def test_a_list_item_without_effect_is_reported_as_key_equals_item(
+def test_compaction_settings_are_read_and_not_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Compaction is implemented: ``cleanup.policy=compact`` and the cleaner's keys are read,
+    not reported (they were ``IGNORED_KEYS`` entries before)."""
     with caplog.at_level(logging.WARNING):
-        LogConfig.from_props({"cleanup.policy": "delete"})
-        assert warnings_of(caplog) == []
-        config = LogConfig.from_props({"cleanup.policy": "Delete,COMPACT"})
+        config = LogConfig.from_props(
+            {
+                "cleanup.policy": "Delete,COMPACT",
+                "delete.retention.ms": "1000",
+                "min.cleanable.dirty.ratio": "0.1",
+                "min.compaction.lag.ms": "5",
+                "max.compaction.lag.ms": "50",
+            }
+        )
     assert config.compact and config.delete
-    assert warnings_of(caplog) == [
-        "The topic configuration cleanup.policy=compact was supplied but has no effect: "
-        f"{IGNORED_KEYS['cleanup.policy=compact']}."
-    ]
+    assert config.ignored == {}
+    assert warnings_of(caplog) == []
+    compaction = {"delete.retention.ms", "min.cleanable.dirty.ratio", "min.compaction.lag.ms"}
+    assert not compaction & set(IGNORED_KEYS)
+    assert not any(k.startswith("cleanup.policy") for k in IGNORED_KEYS)
 
 
 def test_broker_defaults_are_left_to_the_node_and_overrides_are_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    broker = {"log.cleaner.delete.retention.ms": "1000", "compression.type": "gzip"}
+    broker = {"log.segment.delete.delay.ms": "1000", "compression.type": "gzip"}
     with caplog.at_level(logging.WARNING):
         base = LogConfig.from_broker_defaults(broker)
-        assert base.ignored == {"delete.retention.ms": "1000", "compression.type": "gzip"}
+        assert base.ignored == {"file.delete.delay.ms": "1000", "compression.type": "gzip"}
         assert warnings_of(caplog) == []  # the node reports these, under their broker names
         LogConfig.from_broker_defaults(broker, {"compression.type": "lz4"})
     assert [m.split(" was")[0] for m in warnings_of(caplog)] == [
@@ -99,6 +108,7 @@ def test_an_alteration_reports_what_it_adds_only(caplog: pytest.LogCaptureFixtur
 def test_ignored_broker_settings_name_the_broker_key() -> None:
     found = ignored_broker_settings(
         {
+            "log.segment.delete.delay.ms": "1000",
             "log.cleaner.delete.retention.ms": "1000",
             "compression.type": "gzip",
             "log.cleanup.policy": "compact",
@@ -107,15 +117,11 @@ def test_ignored_broker_settings_name_the_broker_key() -> None:
             "not.a.key": "x",
         }
     )
-    assert set(found) == {
-        "log.cleaner.delete.retention.ms",
-        "compression.type",
-        "log.cleanup.policy=compact",
-    }
-    assert found["log.cleaner.delete.retention.ms"].startswith(IGNORED_KEYS["delete.retention.ms"])
+    assert set(found) == {"log.segment.delete.delay.ms", "compression.type"}
+    assert found["log.segment.delete.delay.ms"].startswith(IGNORED_KEYS["file.delete.delay.ms"])
     assert (
-        "broker default of topic config delete.retention.ms"
-        in found["log.cleaner.delete.retention.ms"]
+        "broker default of topic config file.delete.delay.ms"
+        in found["log.segment.delete.delay.ms"]
     )
     assert found["compression.type"] == IGNORED_KEYS["compression.type"]
     assert ignored_broker_settings({"log.cleanup.policy": "delete"}) == {}

@@ -258,9 +258,9 @@ def test_every_interpreted_broker_key_maps_to_its_topic_key() -> None:
     assert (config.local_retention_ms, config.local_retention_bytes) == (3600000, 1000)
     assert (config.remote_copy_lag_ms, config.remote_copy_lag_bytes) == (60000, 500)
     # Topic keys this log does not interpret are carried (to_props writes them back).
+    assert config.delete_retention_ms == 99
     assert config.ignored == {
         "file.delete.delay.ms": "1234",
-        "delete.retention.ms": "99",
         "compression.type": "zstd",
         "preallocate": "true",
         "flush.ms": "10",  # log.flush.interval.ms wins over the scheduler interval
@@ -344,11 +344,12 @@ def test_topic_checks_combine_broker_defaults_and_overrides() -> None:
             broker, {"remote.storage.enable": "true", "remote.copy.lag.ms": "1001"}
         )
     assert e.value.key == "remote.copy.lag.ms"
-    # A compacting broker default is fine on its own, but not for a tiered topic.
+    # A compacting broker default is fine, for a tiered topic too (a tierlog extension: Kafka
+    # 4.3.1 refuses remote storage on a compacted topic).
     compacting = {**SYSTEM_ON, "log.cleanup.policy": "compact"}
     assert LogConfig.from_broker_defaults(compacting).compact
-    with pytest.raises(ConfigValueError, match=r"cleanup\.policy"):
-        LogConfig.from_broker_defaults(compacting, {"remote.storage.enable": "true"})
+    tiered = LogConfig.from_broker_defaults(compacting, {"remote.storage.enable": "true"})
+    assert tiered.compact and tiered.remote_log_enabled("events")
 
 
 def test_tiered_topic_needs_the_system_enabled() -> None:

@@ -132,8 +132,9 @@ def test_accepted_but_ignored_keys_are_reported_with_why(
         "process.roles": "broker",  # a Kafka broker key a single node has no use for
         "remote.log.storage.manager.class.path": "/opt/rsm/*",  # the RLM's
         "compression.type": "zstd",  # the broker default of an ignored topic key
-        "log.cleaner.delete.retention.ms": "1000",  # idem, under another name
-        "log.cleanup.policy": "compact,delete",  # an ignored item of a used key
+        "log.segment.delete.delay.ms": "1000",  # idem, under another name
+        "log.cleaner.delete.retention.ms": "1000",  # used (compaction): not reported
+        "log.cleanup.policy": "compact,delete",  # used: not reported
         "log.segment.bytes": "1048576",  # used: not reported
         "log.local.retention.bytes": "4096",  # used: not reported
     }
@@ -141,8 +142,7 @@ def test_accepted_but_ignored_keys_are_reported_with_why(
         c = NodeConfig.from_props(props, source="server.properties")
     ignored = (
         "compression.type",
-        "log.cleaner.delete.retention.ms",
-        "log.cleanup.policy=compact",
+        "log.segment.delete.delay.ms",
         "process.roles",
         "remote.log.storage.manager.class.path",
     )
@@ -156,7 +156,10 @@ def test_accepted_but_ignored_keys_are_reported_with_why(
         )
     assert "not loaded from a class path" in messages[-1]
     assert "KRaft" in messages[-2]
-    assert not any("log.segment.bytes" in m or "local.retention" in m for m in messages)
+    assert not any(
+        "log.segment.bytes" in m or "local.retention" in m or "cleaner" in m or "cleanup" in m
+        for m in messages
+    )
 
 
 def test_ignored_keys_are_not_errors_in_strict_mode() -> None:

@@ -5,9 +5,13 @@ the batches as Kafka's ``LogValidator`` does for a producer (magic 2, CRC, size,
 consistency, timestamps, no control batches from clients), assigns offsets in place
 (``batch.assign_offsets``), stamps the partition leader epoch and, with
 ``message.timestamp.type=LogAppendTime``, the append time; producer state checks idempotence and
-transactions (a retried batch returns its original offsets and is not written twice). A
-follower's append keeps the offsets it is given. Both roll the active segment first when
-``segment.bytes``, ``segment.ms`` (with jitter), a full index or an offset overflow says so, and
+transactions (a retried batch returns its original offsets and is not written twice). On a
+compacted topic a leader also refuses a record without a key (``LogValidator.validateKey``: a
+null key; an empty key is a key), since the cleaner could never tell which record it supersedes;
+as in Kafka, a follower does not check (its leader did) and control batches are not looked at.
+A follower's append keeps the offsets it is given. Both roll the active segment first when
+``segment.bytes``, ``segment.ms`` (with jitter; on a compacted topic ``max.compaction.lag.ms``
+when it is smaller, Kafka's ``maxSegmentMs``), a full index or an offset overflow says so, and
 record new leader epochs.
 
 Rolling lives here because the append decides it; retention also asks for a roll (to make the
@@ -216,6 +220,20 @@ class LogAppender:
             )
         self._validate_timestamps(buf, pos, header, now)
 
+    def _validate_keys(self, buf: bytearray, pos: int, header: RecordBatch) -> None:
+        """Kafka's ``LogValidator.validateKey`` for a leader's append to a compacted topic: every
+        record of a data batch has a key (``None`` is no key; ``b""`` is one). The first keyless
+        record fails the append with Kafka's message; control batches carry their own keys."""
+        if header.is_control:
+            return
+        _, records = decode_batch(buf, pos, verify=False)
+        for record in records:
+            if record.key is None:
+                raise InvalidRecordError(
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{self._state.tp}"
+                )
+
     def _validate_timestamps(self, buf: bytearray, pos: int, header: RecordBatch, now: int) -> None:
         cfg = self._state.config
         if cfg.log_append_time:
@@ -285,6 +303,9 @@ class LogAppender:
                 if origin is AppendOrigin.CLIENT:
                     for pos, header in batches:
                         self._validate_client_batch(buf, pos, header, now)
+                if st.config.compact:
+                    for pos, header in batches:
+                        self._validate_keys(buf, pos, header)
                 assign_offsets(buf, first_offset, partition_leader_epoch=leader_epoch)
                 restamped = False
                 if st.config.log_append_time:
@@ -436,7 +457,7 @@ class LogAppender:
         st = self._state
         segment = st.segments.active_segment
         params = RollParams(
-            st.config.segment_ms,
+            st.config.max_segment_ms,
             st.config.segment_size,
             max_timestamp,
             last_offset,
@@ -454,7 +475,7 @@ class LogAppender:
                 segment.time_index.entries,
                 segment.time_index.max_entries,
                 segment.time_waited_for_roll(now, max_timestamp),
-                st.config.segment_ms - segment.roll_jitter_ms,
+                st.config.max_segment_ms - segment.roll_jitter_ms,
             )
             return self.roll(first_offset)
         return segment

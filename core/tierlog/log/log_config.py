@@ -8,9 +8,11 @@ properties file to fix. Value errors are ``tierlog.properties.ConfigValueError``
 attribute holds the key.
 
 Defaults and lower bounds are those of Kafka's ``LogConfig`` (``storage/.../log/LogConfig.java``)
-and ``ServerLogConfigs``. The checks Kafka makes when a topic has ``remote.storage.enable=true``
-(``validateTopicLogConfigValues``) are made here when it is set: ``cleanup.policy`` must be
-``delete``, ``local.retention.bytes``/``local.retention.ms`` must not be ``-1`` when the total
+and ``ServerLogConfigs``. Kafka's cross-check of the compaction lags (``validateValues``:
+``min.compaction.lag.ms`` must not exceed ``max.compaction.lag.ms``) is made on every
+configuration. The checks Kafka makes when a topic has ``remote.storage.enable=true``
+(``validateTopicLogConfigValues``) are made here when it is set, all but the cleanup policy
+one (below): ``local.retention.bytes``/``local.retention.ms`` must not be ``-1`` when the total
 retention is bounded, nor larger than it, a positive ``remote.copy.lag.bytes``/``.ms``
 (KIP-1241) must not exceed the effective local retention when that is bounded, and with
 ``remote.log.copy.disable`` the local and total retentions must match. Kafka does not check local
@@ -24,10 +26,16 @@ configuration the way a broker does: the ``log.*`` broker defaults (Kafka's
 
 Deliberate differences, each for a stated reason:
 
+- **Compacted topics may be tiered** (a tierlog extension, the KIP "Tiered Storage for compacted
+  topics"): Kafka 4.3.1 refuses ``remote.storage.enable=true`` unless ``cleanup.policy`` is
+  ``delete`` (or empty) with "Remote log storage only supports topics with
+  cleanup.policy=delete or cleanup.policy being an empty list."; tierlog accepts ``compact`` and
+  ``compact,delete`` too, and ``remote_log_enabled`` is true for them (internal topics are still
+  never tiered). What local retention does with such a topic is ``log_retention``'s.
 - ``segment.index.bytes`` must be at least 24 (Kafka: 4). The index files refuse a size below one
   entry, and a time index needs two slots (its last is reserved for the entry written at roll), so
   anything smaller would make every append roll a new segment.
-- Keys Kafka has but this log does not use (compression, compaction, throttling, ...) are
+- Keys Kafka has but this log does not use (compression, throttling, ...) are
   accepted and ignored (``IGNORED_KEYS``, with the reason of each), and reported once with a
   warning; any other key is a ``ConfigError`` (Kafka's ``validateNames``), so a misspelt key
   does not pass silently.
@@ -81,7 +89,6 @@ INTERNAL_TOPICS: Final = frozenset(
 
 _MIN_INDEX_BYTES: Final = 24
 
-_NO_COMPACTION: Final = "this log does not compact (cleanup.policy=compact is not implemented)"
 _NO_RECOMPRESSION: Final = (
     "batches are stored as the producer compressed them (the node does not recompress)"
 )
@@ -89,15 +96,6 @@ _NO_REPLICAS: Final = "a tierlog node keeps one copy of each partition (there ar
 
 IGNORED_KEYS: Final[Mapping[str, str]] = MappingProxyType(
     {
-        # Compaction: implementing it removes these lines (and reads the keys, see _KEYS).
-        "cleanup.policy=compact": (
-            "this log does not compact: a compacted topic is never tiered and its segments are "
-            "kept whole (retention does not delete them unless cleanup.policy has delete too)"
-        ),
-        "delete.retention.ms": _NO_COMPACTION,
-        "min.cleanable.dirty.ratio": _NO_COMPACTION,
-        "min.compaction.lag.ms": _NO_COMPACTION,
-        "max.compaction.lag.ms": _NO_COMPACTION,
         "compression.type": _NO_RECOMPRESSION,
         "compression.gzip.level": _NO_RECOMPRESSION,
         "compression.lz4.level": _NO_RECOMPRESSION,
@@ -122,11 +120,12 @@ IGNORED_KEYS: Final[Mapping[str, str]] = MappingProxyType(
 """Kafka topic settings this log accepts and ignores, each with why it has no effect.
 
 An entry is a key (no value of it has an effect) or ``key=value`` (that item of a list key has
-none, as ``cleanup.policy=compact``). Accepted, because a topic configuration written for Kafka
-should be usable as it is; reported, once per process and setting, with a warning that names it
-and gives the reason (``from_props``, ``from_broker_defaults`` for the topic's overrides,
-``with_overrides`` for what changes; the node reports the broker defaults of these keys at
-start-up, ``ignored_broker_settings``), so that a setting with no effect never passes silently.
+none, as ``cleanup.policy=compact`` had before compaction was implemented). Accepted, because a
+topic configuration written for Kafka should be usable as it is; reported, once per process
+and setting, with a warning that names it and gives the reason (``from_props``,
+``from_broker_defaults`` for the topic's overrides, ``with_overrides`` for what changes; the node
+reports the broker defaults of these keys at start-up, ``ignored_broker_settings``), so that a
+setting with no effect never passes silently.
 Implementing one is deleting its line here and reading the key (``_KEYS``, and the type of its
 broker synonym in ``_SYNONYMS``)."""
 
@@ -135,7 +134,7 @@ _IGNORED_VALUES: Final[Mapping[str, frozenset[str]]] = {
     key: frozenset(v for k, _, v in (e.partition("=") for e in IGNORED_KEYS) if k == key)
     for key in {e.partition("=")[0] for e in IGNORED_KEYS if "=" in e}
 }
-"""List keys with ignored items: ``cleanup.policy`` -> ``{"compact"}``."""
+"""List keys with ignored items, ``key`` -> ``{item, ...}`` (none today)."""
 
 
 # Kafka's LogConfig.configDef(), for the keys this log reads: type and validator.
@@ -161,6 +160,10 @@ _KEYS: Final[tuple[ConfigKey, ...]] = (
     ConfigKey("max.message.bytes", "int", minimum=0),
     ConfigKey("cleanup.policy", "list"),
     ConfigKey("flush.messages", "long", minimum=1),
+    ConfigKey("delete.retention.ms", "long", minimum=0),
+    ConfigKey("min.compaction.lag.ms", "long", minimum=0),
+    ConfigKey("max.compaction.lag.ms", "long", minimum=1),
+    ConfigKey("min.cleanable.dirty.ratio", "double", minimum=0, maximum=1),
 )
 KEYS: Final = tuple(k.name for k in _KEYS)
 """The Kafka keys this log interprets."""
@@ -236,11 +239,11 @@ _SYNONYMS: Final[Mapping[str, tuple[_Synonym, ...]]] = dict(
         ),
         ("max.message.bytes", (_Synonym("message.max.bytes", "int"),)),
         _same("index.interval.bytes", "int"),
-        _same("delete.retention.ms", None, prefix="log.cleaner."),
-        _same("min.compaction.lag.ms", None, prefix="log.cleaner."),
-        _same("max.compaction.lag.ms", None, prefix="log.cleaner."),
+        _same("delete.retention.ms", "long", prefix="log.cleaner."),
+        _same("min.compaction.lag.ms", "long", prefix="log.cleaner."),
+        _same("max.compaction.lag.ms", "long", prefix="log.cleaner."),
         ("file.delete.delay.ms", (_Synonym("log.segment.delete.delay.ms", None),)),
-        ("min.cleanable.dirty.ratio", (_Synonym("log.cleaner.min.cleanable.ratio", None),)),
+        ("min.cleanable.dirty.ratio", (_Synonym("log.cleaner.min.cleanable.ratio", "double"),)),
         _same("cleanup.policy", "list"),
         _same("unclean.leader.election.enable", None, prefix=""),
         _same("min.insync.replicas", None, prefix=""),
@@ -294,8 +297,7 @@ def _ignored_settings(props: Mapping[str, object]) -> dict[str, str]:
 
 def ignored_broker_settings(broker_props: Mapping[str, object]) -> dict[str, str]:
     """The broker defaults in ``broker_props`` of topic settings this log ignores: broker
-    setting (``log.cleaner.delete.retention.ms``, ``compression.type``,
-    ``log.cleanup.policy=compact``, ...) -> why it has no effect.
+    setting (``compression.type``, ``log.flush.interval.ms``, ...) -> why it has no effect.
 
     For the node to report at start-up with the other broker keys it accepts and ignores; the
     topic-level report (``IGNORED_KEYS``) covers a topic's own overrides only, so a broker
@@ -422,13 +424,29 @@ class LogConfig:
     max_message_bytes: int = 1024 * 1024 + 12
     """``max.message.bytes``: the largest batch a producer may append."""
     cleanup_policy: tuple[str, ...] = ("delete",)
-    """``cleanup.policy``: ``delete`` and/or ``compact`` (compaction is not done by this log)."""
+    """``cleanup.policy``: ``delete`` and/or ``compact`` (the cleaner is ``tierlog.compaction``;
+    what retention deletes under each policy is ``log_retention``'s)."""
     flush_messages: int = _LONG_MAX
     """``flush.messages``: ``fsync`` after this many appended messages (default: never)."""
+    delete_retention_ms: int = 24 * 3600 * 1000
+    """``delete.retention.ms``: how long the cleaner keeps a tombstone (and a transaction
+    marker) after the round that first kept it (the delete horizon it stamps)."""
+    min_compaction_lag_ms: int = 0
+    """``min.compaction.lag.ms``: a record stays uncompacted at least this long."""
+    max_compaction_lag_ms: int = _LONG_MAX
+    """``max.compaction.lag.ms``: a record is eligible for compaction after at most this long,
+    whatever the dirty ratio; it also bounds the roll time of a compacted topic
+    (``max_segment_ms``)."""
+    min_cleanable_dirty_ratio: float = 0.5
+    """``min.cleanable.dirty.ratio``: clean a log when its dirty bytes exceed this share."""
     ignored: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
     """Kafka keys given but not used by this log (kept so ``to_props`` can write them back)."""
 
     def __post_init__(self) -> None:
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, int) and not isinstance(ratio, bool):
+            # LogConfig(min_cleanable_dirty_ratio=1) means 1.0, as Kafka's DOUBLE parses "1".
+            object.__setattr__(self, "min_cleanable_dirty_ratio", float(ratio))
         for key in _KEYS:
             key.check(getattr(self, key.attr))
         for policy in self.cleanup_policy:
@@ -436,20 +454,21 @@ class LogConfig:
                 raise _invalid(
                     "cleanup.policy", ",".join(self.cleanup_policy), "must be delete and/or compact"
                 )
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            # Kafka's LogConfig.validateValues, an InvalidConfigurationException naming both.
+            raise ConfigError(
+                f"conflict topic config setting min.compaction.lag.ms "
+                f"({self.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                f"({self.max_compaction_lag_ms})"
+            )
         if self.remote_storage_enable:
             self._check_remote_storage()
 
     # Validation --------------------------------------------------------------------------------
     def _check_remote_storage(self) -> None:
-        """Kafka's checks for a topic with ``remote.storage.enable=true``."""
-        policies = [p.lower() for p in self.cleanup_policy]
-        if policies and policies != ["delete"]:
-            raise _invalid(
-                "cleanup.policy",
-                ",".join(self.cleanup_policy),
-                "Remote log storage only supports topics with cleanup.policy=delete or "
-                "cleanup.policy being an empty list.",
-            )
+        """Kafka's checks for a topic with ``remote.storage.enable=true``, but for the policy:
+        Kafka's ``validateRemoteStorageRequiresDeleteCleanupPolicy`` is not made, compacted
+        topics may be tiered (the module docstring)."""
         _check_local_retention(
             "local.retention.bytes",
             self.local_retention_bytes,
@@ -664,6 +683,15 @@ class LogConfig:
         return any(p.lower() == "compact" for p in self.cleanup_policy)
 
     @property
+    def max_segment_ms(self) -> int:
+        """The roll time the log applies (Kafka's ``LogConfig.maxSegmentMs``): ``segment.ms``,
+        or ``max.compaction.lag.ms`` when smaller on a compacted topic, so that no record waits
+        in the active segment (which is never cleaned) longer than the lag allows."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
+    @property
     def delete(self) -> bool:
         return any(p.lower() == "delete" for p in self.cleanup_policy)
 
@@ -675,9 +703,11 @@ class LogConfig:
     def remote_log_enabled(self, topic: str | None = None) -> bool:
         """Kafka's ``UnifiedLog.isRemoteLogEnabled`` less the broker switch (given to this log).
 
-        True for ``remote.storage.enable`` on a topic that is not compacted and not internal.
+        True for ``remote.storage.enable`` on a topic that is not internal, whatever its
+        ``cleanup.policy`` (Kafka also leaves out compacted topics; tierlog tiers them, see the
+        module docstring).
         """
-        return self.remote_storage_enable and not self.compact and topic not in INTERNAL_TOPICS
+        return self.remote_storage_enable and topic not in INTERNAL_TOPICS
 
     def remote_copy_enabled(self, topic: str | None = None) -> bool:
         """Tiered and still copying: only then is local retention separate from total retention."""

@@ -21,8 +21,10 @@ per key with the reason (and ``NodeConfig.ignored_keys``): Kafka broker keys a s
 use for (``IGNORED_NODE_KEYS``: ``process.roles``, ``listeners``, ...), the RLM's class paths
 (``tierlog.rlm.config.IGNORED_KEYS``), and broker defaults of topic configs the log does not
 implement (``tierlog.log.log_config.ignored_broker_settings``: ``compression.type``,
-``log.cleaner.delete.retention.ms``, ``log.cleanup.policy=compact``, ...). These stay warnings
-in strict mode: a Kafka file holding them is not wrong.
+``log.segment.delete.delay.ms``, ``log.flush.interval.ms``, ...). These stay warnings in strict
+mode: a Kafka file holding them is not wrong. The compaction defaults (``log.cleanup.policy``,
+``log.cleaner.delete.retention.ms``, ``log.cleaner.min.cleanable.ratio``,
+``log.cleaner.min/max.compaction.lag.ms``) are topic defaults the log reads, not ignored.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ class NodeConfig:
     """Keys no reader recognises, sorted (each was reported with a warning)."""
     ignored_keys: tuple[str, ...] = ()
     """Accepted settings that have no effect, sorted (each was reported with a warning and
-    why); a list item is written ``key=item`` (``log.cleanup.policy=compact``)."""
+    why); a list item would be written ``key=item`` (none is ignored today)."""
     source: str | None = None
 
     # Reading -------------------------------------------------------------------------------------
