@@ -16,15 +16,29 @@ it in, and a crash leaves only ``.cleaned`` files, which log recovery deletes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
+from tierlog.compaction.remote_io import (
+    StorageSpec,
+    cleaned_segment_id,
+    download_segment,
+    fetch_index_bytes,
+    remove_tree,
+    scratch_dir,
+)
 from tierlog.compaction.rewrite import RetentionContext, RewriteStats, rewrite_segment
 from tierlog.compaction.scan import KeyMap, key_digest, scan_segment
+from tierlog.compaction.summary import DEFAULT_FALSE_POSITIVE_RATE, SummaryBuilder
 from tierlog.compaction.txn import AbortedIndex, TxnEvent
 from tierlog.compaction.writer import CleanedSegmentWriter
+from tierlog.log.checkpoint import encode_leader_epoch_checkpoint
 from tierlog.log.log_config import LogConfig
+from tierlog.log.segment import LogSegment
+from tierlog.spi import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
 
 __all__ = [
     "CleanEngine",
@@ -34,6 +48,7 @@ __all__ = [
     "PythonEngine",
     "ScanOutcome",
     "SegmentTask",
+    "UploadSpec",
     "rewrite_group",
 ]
 
@@ -43,13 +58,51 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass(frozen=True, slots=True)
 class SegmentTask:
-    """One source segment of a round: position in the round, offsets, and where to read it."""
+    """One source segment of a round: position in the round, offsets, and where to read it.
+
+    ``path`` is a local file; a segment only in remote storage has ``remote`` (its metadata)
+    and ``storage`` (how to reach the RSM) instead, and is downloaded into ``scratch``.
+    """
 
     index: int
     base_offset: int
     next_offset: int
     """The next segment's base offset (or the round's end offset for the last one)."""
-    path: str
+    path: str | None
+    remote: RemoteLogSegmentMetadata | None = None
+    storage: StorageSpec | None = None
+    scratch: str | None = None
+
+    def local_path(self) -> tuple[str, int]:
+        """A local file holding the segment, and the bytes downloaded to get it."""
+        if self.path is not None:
+            return self.path, 0
+        if self.remote is None or self.storage is None:
+            raise ValueError(f"segment task {self.index} has neither a path nor a remote source")
+        path, downloaded = download_segment(
+            self.storage.open(), self.remote, scratch_dir(self.scratch)
+        )
+        return str(path), downloaded
+
+    def release(self) -> None:
+        """Delete the downloaded copy (after the rewrite)."""
+        if self.path is None and self.remote is not None:
+            target = scratch_dir(self.scratch) / f"{self.remote.remote_log_segment_id.id}.log"
+            target.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, slots=True)
+class UploadSpec:
+    """A group whose output replaces a remote segment: what the upload needs."""
+
+    storage: StorageSpec
+    source: RemoteLogSegmentMetadata
+    """The segment the output replaces (same offsets and leader epochs)."""
+    leader_epoch: int
+    cleaner_offsets: Mapping[int, int]
+    broker_id: int
+    event_timestamp_ms: int
+    false_positive_rate: float = DEFAULT_FALSE_POSITIVE_RATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +114,8 @@ class GroupTask:
     directory: str
     """Where ``<base>.log.cleaned`` is written."""
     last_modified_ms: int | None
+    upload: UploadSpec | None = None
+    """Set for a group whose output goes to remote storage instead of the local log."""
 
 
 @dataclass(slots=True)
@@ -71,15 +126,20 @@ class ScanOutcome:
     keys_mapped: int
     bytes_read: int
     records_read: int = 0
+    bytes_downloaded: int = 0
 
 
 @dataclass(slots=True)
 class GroupOutput:
-    """A written ``.cleaned`` segment and what it took."""
+    """A written ``.cleaned`` segment (or an uploaded one) and what it took."""
 
     base_offset: int
     size: int
     stats: RewriteStats = field(default_factory=RewriteStats)
+    uploaded: RemoteLogSegmentMetadata | None = None
+    """For an upload: the new segment's metadata (COPY_SEGMENT_STARTED, to be published)."""
+    custom_metadata: CustomMetadata | None = None
+    bytes_downloaded: int = 0
 
 
 class CleanEngine(Protocol):
@@ -112,26 +172,80 @@ def rewrite_group(
     superseded_in: Callable[[SegmentTask], Callable[[int, bytes], bool]],
     on_segment: Callable[[], None] | None = None,
 ) -> GroupOutput:
-    """Rewrite one group into its ``.cleaned`` segment (any engine's unit of pass-2 work).
+    """Rewrite one group into its ``.cleaned`` segment (any engine's unit of pass-2 work); for
+    a group with ``upload``, write it in a scratch directory and upload it in place of the
+    remote segment it replaces.
 
     ``superseded_in(task)`` gives the superseded test for the records of one source segment.
     """
     out = GroupOutput(group.base_offset, 0)
-    writer = CleanedSegmentWriter(group.directory, group.base_offset, config)
+    upload = group.upload
+    directory = group.directory
+    if upload is not None:
+        directory = tempfile.mkdtemp(prefix=f"{group.base_offset}-", dir=scratch_dir(directory))
+    summary = SummaryBuilder(upload.false_positive_rate) if upload is not None else None
+    writer = CleanedSegmentWriter(directory, group.base_offset, config)
     try:
         for task in group.sources:
             test = superseded_in(task)
-            for header, data, entry in rewrite_segment(task.path, ctx, test, out.stats):
+            path, downloaded = task.local_path()
+            out.bytes_downloaded += downloaded
+            for header, data, entry in rewrite_segment(path, ctx, test, out.stats, summary):
                 writer.append(header, data, entry)
+            task.release()
             if on_segment is not None:
                 on_segment()
         segment = writer.finish(group.last_modified_ms)
         out.size = segment.size
+        if upload is not None and summary is not None:
+            out.uploaded, out.custom_metadata = _upload(segment, upload, summary, Path(directory))
         segment.close()
     except BaseException:
         writer.abort()
         raise
+    finally:
+        if upload is not None:
+            remove_tree(Path(directory))
     return out
+
+
+def _upload(
+    segment: LogSegment, spec: UploadSpec, summary: SummaryBuilder, directory: Path
+) -> tuple[RemoteLogSegmentMetadata, CustomMetadata | None]:
+    """Copy a cleaned segment to remote storage under its derived id (see ``remote_io``)."""
+    rsm = spec.storage.open()
+    source = spec.source
+    snapshot = fetch_index_bytes(rsm, source, IndexType.PRODUCER_SNAPSHOT) or b""
+    snapshot_path = directory / "producer.snapshot"
+    snapshot_path.write_bytes(snapshot)
+    epochs = fetch_index_bytes(rsm, source, IndexType.LEADER_EPOCH)
+    if epochs is None:
+        epochs = encode_leader_epoch_checkpoint(source.segment_leader_epochs.items())
+    txn_empty = segment.txn_index.is_empty()
+    built = summary.build()
+    metadata = RemoteLogSegmentMetadata(
+        cleaned_segment_id(source.remote_log_segment_id, spec.leader_epoch),
+        source.start_offset,
+        source.end_offset,
+        max(built.largest_timestamp, -1),
+        spec.broker_id,
+        spec.event_timestamp_ms,
+        segment.size,
+        source.segment_leader_epochs,
+        txn_idx_empty=txn_empty,
+        cleaner_offsets=spec.cleaner_offsets,
+    )
+    data = LogSegmentData(
+        log_segment=segment.log_path,
+        offset_index=segment.offset_index_path,
+        time_index=segment.time_index_path,
+        transaction_index=None if txn_empty else segment.txn_index_path,
+        producer_snapshot_index=snapshot_path,
+        leader_epoch_index=epochs,
+        compaction_summary=built.encode(),
+    )
+    custom = rsm.copy_log_segment_data(metadata, data)
+    return metadata, custom
 
 
 class PythonEngine:
@@ -153,8 +267,10 @@ class PythonEngine:
         outcome = ScanOutcome(events=[], keys_mapped=0, bytes_read=0)
         for done, task in enumerate(tasks, 1):
             dirty = task.next_offset > first_dirty_offset
+            path, downloaded = task.local_path()
+            outcome.bytes_downloaded += downloaded
             scan = scan_segment(
-                task.path,
+                path,
                 aborted=aborted,
                 first_dirty_offset=first_dirty_offset if dirty else None,
                 end_offset=end_offset,

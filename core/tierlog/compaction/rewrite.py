@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tierlog.compaction.scan import iter_raw_batches, records_of
+from tierlog.compaction.scan import iter_raw_batches, key_digest, records_of
+from tierlog.compaction.summary import SummaryBuilder
 from tierlog.compaction.txn import TxnDecisions
 from tierlog.log.batch import (
     ATTRIBUTES_OFFSET,
@@ -163,12 +164,14 @@ def rewrite_segment(
     ctx: RetentionContext,
     superseded: Callable[[int, bytes], bool],
     stats: RewriteStats,
+    summary: SummaryBuilder | None = None,
 ) -> Iterator[tuple[RecordBatch, bytes, AbortedTxn | None]]:
     """The batches of the segment ``path`` that survive, as ``(header, bytes, index entry)``.
 
     ``superseded(offset, key)`` says whether the offset map holds a later offset for the key of
     the record at ``offset`` (the single-process cleaner looks the key's digest up in its map;
     a Spark task holds the set of its segment's superseded offsets, computed by a join).
+    ``summary`` observes every batch written (the output's compaction summary).
     ``index entry`` is the aborted transaction a kept ABORT marker carries into the cleaned
     transaction index (None for every other batch).
     """
@@ -241,6 +244,12 @@ def rewrite_segment(
             out_header = read_batch_header(out, 0)
         else:
             continue
+        if summary is not None:
+            summary.observe(
+                out_header,
+                kept,
+                [key_digest(r.key) for r in kept if r.key is not None and not header.is_control],
+            )
         stats.records_written += len(kept)
         stats.bytes_written += len(out)
         stats.batches_written += 1

@@ -183,7 +183,7 @@ def iter_segment_rows(
             event = TxnEvent(header.base_offset, header.last_offset, header.producer_id, kind)
             yield BatchRows(len(data), len(records), event, [], [])
             continue
-        event = None
+        event: TxnEvent | None = None
         if header.is_transactional:
             pid = header.producer_id
             event = TxnEvent(header.base_offset, header.last_offset, pid, MarkerKind.NONE)

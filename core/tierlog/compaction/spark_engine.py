@@ -24,6 +24,7 @@ reference and executors import them from the installed ``tierlog``.
 from __future__ import annotations
 
 import functools
+import pickle
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -68,11 +69,13 @@ def _scan_schema() -> Any:
             st.StructField("marker", st.ByteType(), True),
             st.StructField("bytes", st.LongType(), True),
             st.StructField("records", st.LongType(), True),
+            st.StructField("downloaded", st.LongType(), True),
         ]
     )
 
 
 def _scan_batches(
+    tasks: Sequence[SegmentTask],
     aborted_entries: Sequence[AbortedTxn],
     end_offset: int,
     batches: Iterable[pa.RecordBatch],
@@ -81,7 +84,18 @@ def _scan_batches(
     import pyarrow as pa
 
     aborted = AbortedIndex(aborted_entries)
-    names = ["kind", "seg", "digest", "offset", "last", "pid", "marker", "bytes", "records"]
+    names = [
+        "kind",
+        "seg",
+        "digest",
+        "offset",
+        "last",
+        "pid",
+        "marker",
+        "bytes",
+        "records",
+        "downloaded",
+    ]
 
     def key_batch(seg: int, digests: list[bytes], offsets: list[int]) -> pa.RecordBatch:
         n = len(digests)
@@ -94,6 +108,7 @@ def _scan_batches(
                 pa.nulls(n, pa.int64()),
                 pa.nulls(n, pa.int64()),
                 pa.nulls(n, pa.int8()),
+                pa.nulls(n, pa.int64()),
                 pa.nulls(n, pa.int64()),
                 pa.nulls(n, pa.int64()),
             ],
@@ -113,11 +128,12 @@ def _scan_batches(
                 pa.array([int(e.marker) for e in events], pa.int8()),
                 pa.nulls(n, pa.int64()),
                 pa.nulls(n, pa.int64()),
+                pa.nulls(n, pa.int64()),
             ],
             names=names,
         )
 
-    def stats_batch(seg: int, size: int, records: int) -> pa.RecordBatch:
+    def stats_batch(seg: int, size: int, records: int, downloaded: int) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(
             [
                 pa.array([_KIND_STATS], pa.int8()),
@@ -129,14 +145,15 @@ def _scan_batches(
                 pa.nulls(1, pa.int8()),
                 pa.array([size], pa.int64()),
                 pa.array([records], pa.int64()),
+                pa.array([downloaded], pa.int64()),
             ],
             names=names,
         )
 
+    by_index = {t.index: t for t in tasks}
     for batch in batches:
-        segs = batch.column("index").to_pylist()
-        paths = batch.column("path").to_pylist()
-        for seg, path in zip(segs, paths, strict=True):
+        for seg in batch.column("index").to_pylist():
+            path, downloaded = by_index[seg].local_path()
             digests: list[bytes] = []
             offsets: list[int] = []
             events: list[TxnEvent] = []
@@ -156,7 +173,7 @@ def _scan_batches(
                 yield key_batch(seg, digests, offsets)
             if events:
                 yield event_batch(seg, events)
-            yield stats_batch(seg, size, records)
+            yield stats_batch(seg, size, records, downloaded)
 
 
 def _rewrite_schema() -> Any:
@@ -175,6 +192,8 @@ def _rewrite_schema() -> Any:
             st.StructField("batches_written", st.LongType(), False),
             st.StructField("invalid_records", st.LongType(), False),
             st.StructField("tombstones_kept", st.LongType(), False),
+            st.StructField("downloaded", st.LongType(), False),
+            st.StructField("uploaded", st.BinaryType(), True),
         ]
     )
 
@@ -219,6 +238,11 @@ def _rewrite_batches(
 
         out = rewrite_group(group, ctx, config, test_for)
         stats = out.stats
+        uploaded = (
+            None
+            if out.uploaded is None
+            else pickle.dumps((out.uploaded, out.custom_metadata), protocol=5)
+        )
         yield pa.RecordBatch.from_pylist(
             [
                 {
@@ -226,11 +250,14 @@ def _rewrite_batches(
                     "base_offset": out.base_offset,
                     "size": out.size,
                     **{name: getattr(stats, name) for name in _STAT_FIELDS},
+                    "downloaded": out.bytes_downloaded,
+                    "uploaded": uploaded,
                 }
             ],
             schema=pa.schema(
                 [("group", pa.int32()), ("base_offset", pa.int64()), ("size", pa.int64())]
                 + [(name, pa.int64()) for name in _STAT_FIELDS]
+                + [("downloaded", pa.int64()), ("uploaded", pa.binary())]
             ),
         )
 
@@ -313,16 +340,20 @@ class SparkEngine:
 
         spark = self._spark
         self.release()
-        task_df = spark.createDataFrame(
-            [(t.index, t.path) for t in tasks], "index int, path string"
-        ).repartition(max(1, len(tasks)), "index")
-        fn = functools.partial(_scan_batches, tuple(aborted.entries), end_offset)
+        task_df = spark.createDataFrame([(t.index,) for t in tasks], "index int").repartition(
+            max(1, len(tasks)), "index"
+        )
+        fn = functools.partial(_scan_batches, tuple(tasks), tuple(aborted.entries), end_offset)
         scanned = task_df.mapInArrow(fn, _scan_schema()).persist(StorageLevel.MEMORY_AND_DISK)
         self._scanned = scanned
         with self._tracked("map", progress):
             counters = (
                 scanned.where(sf.col("kind") == _KIND_STATS)
-                .agg(sf.sum("bytes").alias("bytes"), sf.sum("records").alias("records"))
+                .agg(
+                    sf.sum("bytes").alias("bytes"),
+                    sf.sum("records").alias("records"),
+                    sf.sum("downloaded").alias("downloaded"),
+                )
                 .collect()[0]
             )
             event_rows = (
@@ -352,6 +383,7 @@ class SparkEngine:
             keys_mapped=int(keys_mapped),
             bytes_read=int(counters["bytes"] or 0),
             records_read=int(counters["records"] or 0),
+            bytes_downloaded=int(counters["downloaded"] or 0),
         )
 
     def rewrite(
@@ -381,6 +413,9 @@ class SparkEngine:
             out = GroupOutput(int(r["base_offset"]), int(r["size"]))
             for name in _STAT_FIELDS:
                 setattr(out.stats, name, int(r[name]))
+            out.bytes_downloaded = int(r["downloaded"])
+            if r["uploaded"] is not None:
+                out.uploaded, out.custom_metadata = pickle.loads(r["uploaded"])
             yield out
 
     def release(self) -> None:
