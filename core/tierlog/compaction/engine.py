@@ -32,7 +32,7 @@ from tierlog.compaction.remote_io import (
 )
 from tierlog.compaction.rewrite import RetentionContext, RewriteStats, rewrite_segment
 from tierlog.compaction.scan import KeyMap, key_digest, scan_segment
-from tierlog.compaction.summary import DEFAULT_FALSE_POSITIVE_RATE, SummaryBuilder
+from tierlog.compaction.summary import DEFAULT_FALSE_POSITIVE_RATE, BloomFilter, SummaryBuilder
 from tierlog.compaction.txn import AbortedIndex, TxnEvent
 from tierlog.compaction.writer import CleanedSegmentWriter
 from tierlog.log.checkpoint import encode_leader_epoch_checkpoint
@@ -154,6 +154,23 @@ class CleanEngine(Protocol):
         end_offset: int,
         progress: Progress | None = None,
     ) -> ScanOutcome: ...
+
+    def bloom_hits(self, blooms: Mapping[int, BloomFilter]) -> set[int]:
+        """The keys of ``blooms`` (by task index) that may hold a key of the offset map."""
+        ...
+
+    def scan_more(
+        self,
+        tasks: Sequence[SegmentTask],
+        *,
+        aborted: AbortedIndex,
+        end_offset: int,
+        progress: Progress | None = None,
+    ) -> ScanOutcome:
+        """Read clean-section segments after ``scan`` (those the Bloom filters could not rule
+        out): their transaction events, and their records for the superseded test; the offset
+        map does not change (it covers the dirty range only)."""
+        ...
 
     def rewrite(
         self,
@@ -283,6 +300,31 @@ class PythonEngine:
                 progress("map", done, len(tasks))
         self._map = offset_map
         outcome.keys_mapped = len(offset_map)
+        return outcome
+
+    def bloom_hits(self, blooms: Mapping[int, BloomFilter]) -> set[int]:
+        digests = list(self._map)
+        return {index for index, bloom in blooms.items() if bloom.might_contain_any(digests)}
+
+    def scan_more(
+        self,
+        tasks: Sequence[SegmentTask],
+        *,
+        aborted: AbortedIndex,
+        end_offset: int,
+        progress: Progress | None = None,
+    ) -> ScanOutcome:
+        outcome = ScanOutcome(events=[], keys_mapped=len(self._map), bytes_read=0)
+        for done, task in enumerate(tasks, 1):
+            path, downloaded = task.local_path()
+            outcome.bytes_downloaded += downloaded
+            scan = scan_segment(
+                path, aborted=aborted, first_dirty_offset=None, end_offset=end_offset
+            )
+            outcome.events.extend(scan.events)
+            outcome.bytes_read += scan.bytes_read
+            if progress is not None:
+                progress("map", done, len(tasks))
         return outcome
 
     def rewrite(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import pickle
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tierlog.compaction.engine import (
@@ -39,6 +39,7 @@ from tierlog.compaction.engine import (
 )
 from tierlog.compaction.rewrite import RetentionContext
 from tierlog.compaction.scan import iter_segment_rows
+from tierlog.compaction.summary import BloomFilter
 from tierlog.compaction.txn import AbortedIndex, MarkerKind, TxnEvent
 from tierlog.log.log_config import LogConfig
 from tierlog.log.txn_index import AbortedTxn
@@ -262,6 +263,22 @@ def _rewrite_batches(
         )
 
 
+def _bloom_hits(
+    blooms: Sequence[tuple[int, bytes, int, int]], batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Executor side of the Bloom test: which filters a partition's dirty keys may hit."""
+    import pyarrow as pa
+
+    filters = [(i, BloomFilter(bits, m, k)) for i, bits, m, k in blooms]
+    hits: set[int] = set()
+    for batch in batches:
+        digests = batch.column("digest").to_pylist()
+        for i, bloom in filters:
+            if i not in hits and bloom.might_contain_any(digests):
+                hits.add(i)
+    yield pa.RecordBatch.from_arrays([pa.array(sorted(hits), pa.int32())], names=["seg"])
+
+
 class _JobProgress:
     """Reports a Spark job group's task progress to a ``Progress`` callback from a thread."""
 
@@ -311,7 +328,9 @@ class SparkEngine:
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
         self._superseded: DataFrame | None = None
-        self._scanned: DataFrame | None = None
+        self._keys: DataFrame | None = None
+        self._latest: DataFrame | None = None
+        self._persisted: list[DataFrame] = []
         self._job = 0
 
     def _group(self, phase: str) -> str:
@@ -326,6 +345,51 @@ class SparkEngine:
             return _NullContext()
         return _JobProgress(self._spark, group, phase, progress)
 
+    def _scan_job(
+        self, tasks: Sequence[SegmentTask], aborted: AbortedIndex, end_offset: int
+    ) -> DataFrame:
+        from pyspark import StorageLevel
+
+        task_df = self._spark.createDataFrame([(t.index,) for t in tasks], "index int")
+        task_df = task_df.repartition(max(1, len(tasks)), "index")
+        fn = functools.partial(_scan_batches, tuple(tasks), tuple(aborted.entries), end_offset)
+        scanned = task_df.mapInArrow(fn, _scan_schema()).persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(scanned)
+        return scanned
+
+    @staticmethod
+    def _collect(scanned: DataFrame) -> tuple[list[TxnEvent], Any]:
+        from pyspark.sql import functions as sf
+
+        counters = (
+            scanned.where(sf.col("kind") == _KIND_STATS)
+            .agg(
+                sf.sum("bytes").alias("bytes"),
+                sf.sum("records").alias("records"),
+                sf.sum("downloaded").alias("downloaded"),
+            )
+            .collect()[0]
+        )
+        event_rows = (
+            scanned.where(sf.col("kind") == _KIND_EVENT)
+            .select(sf.col("offset"), "last", "pid", "marker")
+            .orderBy(sf.col("offset"))
+            .collect()
+        )
+        events = [TxnEvent(r[0], r[1], r[2], MarkerKind(r[3])) for r in event_rows]
+        return events, counters
+
+    def _update_superseded(self) -> None:
+        from pyspark.sql import functions as sf
+
+        assert self._keys is not None and self._latest is not None
+        self._superseded = (
+            self._keys.join(self._latest, "digest")
+            .where(sf.col("offset") < sf.col("latest"))
+            .groupBy("seg")
+            .agg(sf.collect_list("offset").alias("offsets"))
+        )
+
     def scan(
         self,
         tasks: Sequence[SegmentTask],
@@ -335,33 +399,12 @@ class SparkEngine:
         end_offset: int,
         progress: Progress | None = None,
     ) -> ScanOutcome:
-        from pyspark import StorageLevel
         from pyspark.sql import functions as sf
 
-        spark = self._spark
         self.release()
-        task_df = spark.createDataFrame([(t.index,) for t in tasks], "index int").repartition(
-            max(1, len(tasks)), "index"
-        )
-        fn = functools.partial(_scan_batches, tuple(tasks), tuple(aborted.entries), end_offset)
-        scanned = task_df.mapInArrow(fn, _scan_schema()).persist(StorageLevel.MEMORY_AND_DISK)
-        self._scanned = scanned
+        scanned = self._scan_job(tasks, aborted, end_offset)
         with self._tracked("map", progress):
-            counters = (
-                scanned.where(sf.col("kind") == _KIND_STATS)
-                .agg(
-                    sf.sum("bytes").alias("bytes"),
-                    sf.sum("records").alias("records"),
-                    sf.sum("downloaded").alias("downloaded"),
-                )
-                .collect()[0]
-            )
-            event_rows = (
-                scanned.where(sf.col("kind") == _KIND_EVENT)
-                .select(sf.col("offset"), "last", "pid", "marker")
-                .orderBy(sf.col("offset"))
-                .collect()
-            )
+            events, counters = self._collect(scanned)
             keys = scanned.where(sf.col("kind") == _KIND_KEY).select(
                 "seg", "digest", sf.col("offset")
             )
@@ -370,17 +413,51 @@ class SparkEngine:
                 .groupBy("digest")
                 .agg(sf.max("offset").alias("latest"))
             )
+            self._keys, self._latest = keys, latest
             keys_mapped = latest.count()
-        self._superseded = (
-            keys.join(latest, "digest")
-            .where(sf.col("offset") < sf.col("latest"))
-            .groupBy("seg")
-            .agg(sf.collect_list("offset").alias("offsets"))
-        )
-        events = [TxnEvent(r[0], r[1], r[2], MarkerKind(r[3])) for r in event_rows]
+        self._update_superseded()
         return ScanOutcome(
             events=events,
             keys_mapped=int(keys_mapped),
+            bytes_read=int(counters["bytes"] or 0),
+            records_read=int(counters["records"] or 0),
+            bytes_downloaded=int(counters["downloaded"] or 0),
+        )
+
+    def bloom_hits(self, blooms: Mapping[int, BloomFilter]) -> set[int]:
+        if self._latest is None:
+            raise RuntimeError("SparkEngine.bloom_hits called before scan")
+        if not blooms:
+            return set()
+        packed = tuple((i, b.bits, b.m, b.k) for i, b in blooms.items())
+        fn = functools.partial(_bloom_hits, packed)
+        schema = "seg int"
+        rows = self._latest.select("digest").mapInArrow(fn, schema).distinct().collect()
+        return {int(r[0]) for r in rows}
+
+    def scan_more(
+        self,
+        tasks: Sequence[SegmentTask],
+        *,
+        aborted: AbortedIndex,
+        end_offset: int,
+        progress: Progress | None = None,
+    ) -> ScanOutcome:
+        from pyspark.sql import functions as sf
+
+        if self._keys is None:
+            raise RuntimeError("SparkEngine.scan_more called before scan")
+        if not tasks:
+            return ScanOutcome(events=[], keys_mapped=0, bytes_read=0)
+        scanned = self._scan_job(tasks, aborted, end_offset)
+        with self._tracked("map", progress):
+            events, counters = self._collect(scanned)
+        more = scanned.where(sf.col("kind") == _KIND_KEY).select("seg", "digest", sf.col("offset"))
+        self._keys = self._keys.unionByName(more)
+        self._update_superseded()
+        return ScanOutcome(
+            events=events,
+            keys_mapped=0,
             bytes_read=int(counters["bytes"] or 0),
             records_read=int(counters["records"] or 0),
             bytes_downloaded=int(counters["downloaded"] or 0),
@@ -419,11 +496,11 @@ class SparkEngine:
             yield out
 
     def release(self) -> None:
-        """Drop the cached scan of the last round."""
-        if self._scanned is not None:
-            self._scanned.unpersist()
-        self._scanned = None
-        self._superseded = None
+        """Drop the cached scans of the last round."""
+        for df in self._persisted:
+            df.unpersist()
+        self._persisted = []
+        self._keys = self._latest = self._superseded = None
 
 
 class _NullContext:
