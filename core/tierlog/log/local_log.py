@@ -23,7 +23,11 @@ load what a broker wrote:
 - **retention**: ``delete_retention_segments(highest_offset_in_remote_storage)`` deletes old
   segments by ``local.retention.ms``/``.bytes`` when tiered (``retention.*`` otherwise), never a
   segment above the high watermark and, when tiered, never one whose last offset is above the
-  highest offset copied to remote storage;
+  highest offset copied to remote storage; a compacted topic keeps more (``log_retention``);
+- **cleaning** (``tierlog.compaction`` drives it): ``cleaner_offset`` (how far the cleaner has
+  compacted, loaded by the caller from the log directory's ``cleaner-offset-checkpoint``),
+  ``replace_segments`` (swap cleaned segments in, crash-safe) and
+  ``last_records_of_active_producers`` (what the cleaner must keep for idempotence);
 - **truncation** (``truncate_to``, ``truncate_fully_and_start_at``) and **rolling** (``roll``), with
   a producer snapshot named by the new segment's base offset at each roll;
 - **recovery**: ``LocalLog.open`` runs ``recovery.LogLoader``; a torn tail batch is truncated,
@@ -51,7 +55,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +65,7 @@ from tierlog.log.checkpoint import (
     read_partition_metadata,
     write_partition_metadata,
 )
-from tierlog.log.files import parse_log_dir_name, partition_metadata_file
+from tierlog.log.files import CLEANED_FILE_SUFFIX, parse_log_dir_name, partition_metadata_file
 from tierlog.log.leader_epoch_cache import LeaderEpochFileCache
 from tierlog.log.log_append import LogAppender, LogAppendInfo, RecordsInput
 from tierlog.log.log_config import LogConfig
@@ -195,6 +199,7 @@ class LocalLog:
         high_watermark_follows_leo: bool = False,
         create: bool = True,
         sync: bool = True,
+        cleaner_offset: int | None = None,
     ) -> LocalLog:
         """Open (creating if ``create``) the partition directory ``directory`` and recover it.
 
@@ -204,7 +209,12 @@ class LocalLog:
         it does (``InconsistentTopicIdError``). ``clock`` (ms) drives rolling by time, retention,
         producer expiration and LogAppendTime. ``sync=False`` skips the ``fsync`` of checkpoints
         and snapshots (tests). Loading and recovery are ``recovery.load_log``'s.
+        ``cleaner_offset`` is the partition's entry of the log directory's
+        ``cleaner-offset-checkpoint`` (``cleaner_checkpoint``), if any: one past the loaded log
+        end is dropped with a warning, as Kafka's cleaner resets such a checkpoint.
         """
+        if cleaner_offset is not None and cleaner_offset < 0:
+            raise InvalidArgumentError(f"cleaner offset must be >= 0, got {cleaner_offset}")
         cfg = config if isinstance(config, LogConfig) else LogConfig.from_props(config or {})
         path = Path(directory)
         tp = topic_partition or parse_log_dir_name(path).topic_partition
@@ -255,6 +265,16 @@ class LocalLog:
             recovery_report=loaded.report,
         )
         log._state.write_checkpoint()
+        if cleaner_offset is not None:
+            if cleaner_offset > log.log_end_offset:
+                _LOG.warning(
+                    "Ignoring the cleaner offset %d of %s: it is past the log end offset %d",
+                    cleaner_offset,
+                    tp,
+                    log.log_end_offset,
+                )
+            else:
+                log._state.cleaner_offset = cleaner_offset
         _LOG.info(
             "Loaded log %s: log start offset %d, log end offset %d, %d segments",
             path,
@@ -324,6 +344,13 @@ class LocalLog:
     @property
     def first_unstable_offset(self) -> int | None:
         return self._state.first_unstable_offset
+
+    @property
+    def cleaner_offset(self) -> int | None:
+        """How far the log is cleaned: offsets below it were compacted by a cleaner round (the
+        partition's ``cleaner-offset-checkpoint`` entry); None when never cleaned. Local
+        retention of a tiered ``cleanup.policy=compact`` topic deletes only below it."""
+        return self._state.cleaner_offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -548,7 +575,9 @@ class LocalLog:
         last offset is <= the highest offset in remote storage (``-1``: nothing is) or the log
         start has passed it; otherwise ``retention.bytes``/``retention.ms``. Never a segment
         holding offsets at or above the high watermark; the active segment is rolled first when
-        it alone breaches (tiered), so the next call can delete it once copied.
+        it alone breaches (tiered), so the next call can delete it once copied. A compacted
+        topic keeps more: without ``delete`` in its policy only what is below the log start goes,
+        or, when tiered, only segments also below ``cleaner_offset`` (``log_retention``).
         """
         with self._lock:
             self._state.check_open()
@@ -584,7 +613,9 @@ class LocalLog:
             )
         with self._lock:
             self._state.check_open()
-            return self._truncation.truncate_to(target_offset)
+            truncated = self._truncation.truncate_to(target_offset)
+            self._lower_cleaner_offset(self._state.log_end_offset)
+            return truncated
 
     def truncate_fully_and_start_at(
         self, new_offset: int, log_start_offset: int | None = None
@@ -596,6 +627,7 @@ class LocalLog:
         with self._lock:
             self._state.check_open()
             self._truncation.truncate_fully_and_start_at(new_offset, log_start_offset)
+            self._lower_cleaner_offset(new_offset)
 
     def restore_remote_aux_state(
         self,
@@ -626,6 +658,131 @@ class LocalLog:
                 leader_epochs=leader_epochs,
                 producer_snapshot=producer_snapshot,
             )
+            self._lower_cleaner_offset(next_offset)
+
+    # Cleaning ------------------------------------------------------------------------------------
+    def set_cleaner_offset(self, offset: int | None) -> None:
+        """Record how far the cleaner has compacted (None: forget it).
+
+        The cleaner calls this after a round, with the offset it also writes to the log
+        directory's ``cleaner-offset-checkpoint`` (this log does not write that file: it is
+        shared by the directory's partitions and belongs to whoever runs the cleaner). An
+        offset outside ``[0, log end]`` is an ``InvalidArgumentError``. Truncation lowers it to
+        the new log end, as Kafka's ``maybeTruncateCheckpoint`` does.
+        """
+        with self._lock:
+            self._state.check_open()
+            if offset is not None and not 0 <= offset <= self._state.log_end_offset:
+                raise InvalidArgumentError(
+                    f"cleaner offset {offset} of {self._state.tp} is outside the log "
+                    f"[0, {self._state.log_end_offset}]"
+                )
+            self._state.cleaner_offset = offset
+
+    def _lower_cleaner_offset(self, offset: int) -> None:
+        st = self._state
+        if st.cleaner_offset is not None and st.cleaner_offset > offset:
+            _LOG.info("Lowering the cleaner offset of %s to %d (truncation)", st.tp, offset)
+            st.cleaner_offset = offset
+
+    def replace_segments(
+        self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
+    ) -> list[LogSegment]:
+        """Swap cleaned segments in for ``old_segments`` (Kafka's ``UnifiedLog.replaceSegments``);
+        returns the old segments removed without a same-base replacement (their producer
+        snapshots were deleted).
+
+        ``new_segments`` are ``LogSegment`` objects open on ``.cleaned`` files
+        (``LogSegment.open(dir, base, config, suffix=".cleaned")``) that the cleaner wrote and
+        flushed. The old segments must be consecutive, and the new ones must not overlap each
+        other nor hold an offset outside the old segments' range (from the first old base offset
+        to the base of the segment after the last old one): ``InvalidArgumentError``. Unlike
+        Kafka, which skips old segments retention deleted in the meantime, an old segment no
+        longer in the log, or the active segment, is an ``IllegalStateError``: the cleaned
+        output may then cover offsets the log dropped, and the round should be redone. Nothing
+        is renamed when the arguments are refused.
+
+        The swap runs under the log's lock, so a read sees the old segments or the new ones; the
+        files move in the crash-safe order of ``LogState.replace_segments``, which the loader
+        completes or rolls back on the next open. An ``OSError`` part-way leaves the directory
+        as a crash would: close the log with ``close_handlers`` and open it again.
+        """
+        st = self._state
+        if not new_segments:
+            raise InvalidArgumentError("replace_segments needs at least one new segment")
+        with self._lock:
+            st.check_open()
+            for segment in new_segments:
+                if not segment.has_suffix(CLEANED_FILE_SUFFIX):
+                    raise InvalidArgumentError(
+                        f"{segment.log_path} is not a .cleaned segment: only those are swapped in"
+                    )
+            gone = [s.base_offset for s in old_segments if st.segments.get(s.base_offset) is not s]
+            if gone or not old_segments:
+                raise IllegalStateError(
+                    f"cannot swap cleaned segments into {st.tp}: the segments {gone} they "
+                    "replace are not in the log any more (retention or truncation ran during "
+                    "the clean)"
+                )
+            if any(s is st.segments.active_segment for s in old_segments):
+                raise IllegalStateError(
+                    f"the active segment {st.segments.active_segment.base_offset} of {st.tp} "
+                    "cannot be replaced"
+                )
+            low = min(s.base_offset for s in old_segments)
+            after = st.segments.higher_segment(max(s.base_offset for s in old_segments))
+            assert after is not None  # the active segment is not replaced
+            replaced = {s.base_offset for s in old_segments}
+            skipped = [
+                s.base_offset
+                for s in st.segments.values(low, after.base_offset)
+                if s.base_offset not in replaced
+            ]
+            if skipped:
+                raise InvalidArgumentError(
+                    f"the segments replaced in {st.tp} must be consecutive: {skipped} would be "
+                    "left among them"
+                )
+            previous_end = low
+            for segment in sorted(new_segments, key=lambda s: s.base_offset):
+                end = segment.read_next_offset()
+                if segment.base_offset < previous_end or end > after.base_offset:
+                    raise InvalidArgumentError(
+                        f"cleaned segment {segment.base_offset} holds offsets up to {end - 1}, "
+                        f"outside the replaced range [{low}, {after.base_offset - 1}] of {st.tp} "
+                        "or overlapping another cleaned segment"
+                    )
+                previous_end = end
+            removed = st.replace_segments(new_segments, old_segments, self._on_swap_step)
+            _LOG.info(
+                "Swapped in cleaned segments %s for %s of %s",
+                sorted(s.base_offset for s in new_segments),
+                sorted(s.base_offset for s in old_segments),
+                st.tp,
+            )
+            return removed
+
+    def _on_swap_step(self, step: str, base_offset: int) -> None:
+        """Called after each durable step of ``replace_segments`` (``log_state.SwapStep``);
+        nothing here. Fault-injection tests override it to stop a swap where a crash would."""
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int | None, int]]:
+        """Producer id -> (last data offset, or None if the producer wrote only markers;
+        producer epoch), for every producer in the producer state (Kafka's
+        ``UnifiedLog.lastRecordsOfActiveProducers``).
+
+        The cleaner keeps each one's last batch (empty if need be), so a producer's next
+        sequence still follows the log after a clean. Producers are those not yet removed by
+        ``remove_expired_producers``, as in Kafka.
+        """
+        with self._lock:
+            return {
+                pid: (
+                    entry.last_data_offset if entry.last_data_offset >= 0 else None,
+                    entry.producer_epoch,
+                )
+                for pid, entry in self._state.psm.active_producers.items()
+            }
 
     # Tiering -------------------------------------------------------------------------------------
     def segment_copy_inputs(self, segment: LogSegment | int) -> SegmentCopyInputs:

@@ -9,10 +9,28 @@ watermark; when tiered, the active segment is rolled first if it alone breaches,
 pass can delete it once copied. ``delete_records`` (Kafka's DeleteRecords) is the same deletion
 driven by a moved log start offset.
 
+What goes depends on ``cleanup.policy`` (Kafka's rules, and the KIP "Tiered Storage for
+compacted topics" for the tiered compacted ones, which Kafka does not have):
+
+- ``delete`` or ``compact,delete``: below the log start, then by size and time
+  (``local.retention.*`` and copied first when tiered, ``retention.*`` otherwise);
+- ``compact``, tiered: below the log start, then by ``local.retention.*`` and copied first as
+  above, but only segments also entirely below the cleaner offset (compacted already:
+  ``LocalLog.cleaner_offset``; none while it is unknown);
+- ``compact``, not tiered: only what is below the log start (only the cleaner shrinks it);
+- empty, tiered: as ``delete`` tiered (Kafka's rule for an empty policy); empty, not tiered:
+  only what is below the log start.
+
+The tiered ``compact`` rule keeps a segment locally until the cleaner has been over it, so that
+compaction normally reads local data and does not download it again (the KIP's second
+formulation; its first said local retention would ignore compaction). A tiered topic that stopped
+copying (``remote.log.copy.disable``) follows the rules of an untiered one, as in Kafka.
+
 Retention only chooses and deletes whole segments; it rolls through the appender and removes
 files through the ``remove_segments`` hook ``LocalLog`` gives it (which a subclass may wrap, as
-the fault-injection tests do). A log cleaner (compaction) would be a sibling of this part,
-choosing segments to rewrite rather than to delete.
+the fault-injection tests do). The log cleaner (``tierlog.compaction``) is its sibling: it
+chooses segments to rewrite rather than to delete, and swaps them in through
+``LocalLog.replace_segments``.
 """
 
 from __future__ import annotations
@@ -59,20 +77,40 @@ class LogRetention:
         self._remove_segments = remove_segments
 
     def delete_retention_segments(self, start_ms: int) -> int:
-        """Delete by log start, size and time (as configured); returns how many were deleted."""
+        """Delete by log start, size and time (as configured, see the module docstring's
+        table); returns how many were deleted."""
         st = self._state
         cfg = st.config
+        by_log_start = self._delete_old_segments(
+            self._log_start_breached_predicate(), _Reason.LOG_START_OFFSET
+        )
         if cfg.delete or (not cfg.compact and st.remote_copy_enabled):
             return (
-                self._delete_old_segments(
-                    self._log_start_breached_predicate(), _Reason.LOG_START_OFFSET
-                )
+                by_log_start
                 + self._delete_retention_size_breached_segments()
                 + self._delete_retention_ms_breached_segments(start_ms)
             )
-        return self._delete_old_segments(
-            self._log_start_breached_predicate(), _Reason.LOG_START_OFFSET
-        )
+        if cfg.compact and st.remote_copy_enabled:
+            cleaned = self._cleaned_predicate()
+            return (
+                by_log_start
+                + self._delete_retention_size_breached_segments(cleaned)
+                + self._delete_retention_ms_breached_segments(start_ms, cleaned)
+            )
+        return by_log_start
+
+    def _cleaned_predicate(self) -> SegmentPredicate:
+        """True for a sealed segment entirely below the cleaner offset: its last offset (the
+        next segment's base - 1, what every retention check bounds a segment by) is below it.
+        The cleaner's offsets are segment bases (it never cleans part of a segment), so this is
+        "the cleaner has been over every record of it"."""
+        st = self._state
+
+        def cleaned(segment: LogSegment, nxt: LogSegment | None) -> bool:
+            offset = st.cleaner_offset
+            return nxt is not None and offset is not None and nxt.base_offset <= offset
+
+        return cleaned
 
     def delete_below_log_start(self) -> int:
         """Delete the segments now entirely below the log start offset (after DeleteRecords)."""
@@ -89,7 +127,10 @@ class LogRetention:
 
         return breached
 
-    def _delete_retention_ms_breached_segments(self, start_ms: int) -> int:
+    def _delete_retention_ms_breached_segments(
+        self, start_ms: int, also: SegmentPredicate | None = None
+    ) -> int:
+        """By time; ``also`` is a further condition a segment must meet (checked first)."""
         st = self._state
         cfg = st.config
         retention_ms = (
@@ -99,6 +140,8 @@ class LogRetention:
             return 0
 
         def breached(segment: LogSegment, nxt: LogSegment | None) -> bool:
+            if also is not None and not also(segment, nxt):
+                return False
             largest = segment.largest_timestamp()
             if start_ms < largest:
                 _LOG.warning(
@@ -108,7 +151,8 @@ class LogRetention:
 
         return self._delete_old_segments(breached, _Reason.RETENTION_TIME)
 
-    def _delete_retention_size_breached_segments(self) -> int:
+    def _delete_retention_size_breached_segments(self, also: SegmentPredicate | None = None) -> int:
+        """By size; ``also`` is a further condition a segment must meet (checked first)."""
         st = self._state
         cfg = st.config
         retention_size = (
@@ -121,6 +165,8 @@ class LogRetention:
 
         def breached(segment: LogSegment, nxt: LogSegment | None) -> bool:
             nonlocal diff
+            if also is not None and not also(segment, nxt):
+                return False
             if diff - segment.size >= 0:
                 diff -= segment.size
                 return True

@@ -4,8 +4,9 @@
 rolling; ``log_read``: reads; ``log_retention``: deleting old segments; ``log_truncation``:
 truncation and restarting; ``recovery``: loading a directory). They all work on one partition's
 segments, producer state, leader epochs and offsets, under one lock, so that state is this one
-object, which each part holds. A new part (a log cleaner) takes the same object and sits beside
-them.
+object, which each part holds. A log cleaner (``tierlog.compaction``) works beside them through
+``LocalLog``: it reads sealed segments, writes ``.cleaned`` ones and has them swapped in
+(``replace_segments``, here), and records how far it cleaned (``cleaner_offset``).
 
 Besides the fields, this holds the few moves of the offsets that several parts make and that
 must stay consistent wherever they are made: the high watermark (bounded to the log, producer
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from tierlog._durable import fsync_directory
+from tierlog.log.files import CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
 from tierlog.log.leader_epoch_cache import LeaderEpochFileCache
 from tierlog.log.log_config import LogConfig
 from tierlog.log.log_errors import OffsetOutOfRangeError
@@ -30,9 +32,16 @@ from tierlog.log.recovery import LoadedLogOffsets, OffsetsCheckpoint, write_offs
 from tierlog.log.segment import LogSegment, LogSegments
 from tierlog.spi import IllegalStateError, TopicPartition
 
-__all__ = ["LogState"]
+__all__ = ["LogState", "SwapStep"]
 
 _LOG = logging.getLogger(__name__)
+
+SwapStep = Callable[[str, int], None]
+"""Called by ``LogState.replace_segments`` after each durable step of a swap, with the step
+(``"swap"``: a new segment renamed ``.cleaned`` -> ``.swap``; ``"deleted"``: an old segment's
+files renamed ``.deleted``; ``"removed"``: those files deleted; ``"final"``: a new segment
+renamed ``.swap`` -> its final name) and the segment's base offset. Tests raise from it to leave
+the directory as a crash at that point would."""
 
 
 class LogState:
@@ -44,6 +53,7 @@ class LogState:
     """
 
     __slots__ = (
+        "cleaner_offset",
         "clock",
         "closed",
         "config",
@@ -101,6 +111,7 @@ class LogState:
         if not self.remote_log_enabled:
             self.log_start_offset = self.local_log_start
         self.highest_offset_in_remote_storage = -1
+        self.cleaner_offset: int | None = None
         self.first_unstable_offset: int | None = None
         self.high_watermark = self.log_start_offset
 
@@ -226,3 +237,54 @@ class LogState:
             snapshot = self.psm.remove_and_mark_snapshot_for_deletion(segment.base_offset)
             if snapshot is not None:
                 snapshot.delete_if_exists()
+
+    def replace_segments(
+        self,
+        new_segments: Sequence[LogSegment],
+        old_segments: Sequence[LogSegment],
+        step: SwapStep | None = None,
+    ) -> list[LogSegment]:
+        """Swap cleaned segments in for ``old_segments`` (Kafka's ``LocalLog.replaceSegments``);
+        returns the old segments removed without a replacement at their base offset.
+
+        ``new_segments`` are open on ``.cleaned`` files, written and flushed. The order makes a
+        crash at any point recoverable by ``recovery.LogLoader`` to the old segments or the new
+        ones: each new segment is renamed ``.swap``, highest base offset first (until the lowest
+        is, a ``.cleaned`` file remains, and the loader drops every ``.swap`` above it with the
+        ``.cleaned`` files: the old segments stay); each old segment, once all new ones are
+        ``.swap``, is taken out of the map and its files renamed ``.deleted``, then deleted (the
+        loader completes a swap whose ``.swap`` files are all there: it deletes the old files the
+        new segments cover and renames them into place); then each new segment takes its final
+        name and the directory is ``fsync``-ed. The caller holds the lock and checked the
+        arguments (``LocalLog.replace_segments``); old segments no longer in the log are
+        skipped, as Kafka skips them.
+        """
+        news = sorted(new_segments, key=lambda s: s.base_offset)
+        olds = sorted(
+            (s for s in old_segments if self.segments.get(s.base_offset) is s),
+            key=lambda s: s.base_offset,
+        )
+        for segment in reversed(news):
+            segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+            if step is not None:
+                step("swap", segment.base_offset)
+        for segment in reversed(news):
+            self.segments.add(segment)  # replaces an old segment of the same base offset
+        new_bases = {s.base_offset for s in news}
+        for segment in olds:
+            if segment.base_offset not in new_bases:
+                self.segments.remove(segment.base_offset)
+            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            if step is not None:
+                step("deleted", segment.base_offset)
+            segment.delete_if_exists()
+            if step is not None:
+                step("removed", segment.base_offset)
+        for segment in news:
+            segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+            if step is not None:
+                step("final", segment.base_offset)
+        fsync_directory(self.dir)
+        removed = [s for s in olds if s.base_offset not in new_bases]
+        self.delete_producer_snapshots(removed)
+        return removed
