@@ -46,7 +46,8 @@ from tierlog.log.batch import (
     build_batch,
     decode_control_record,
 )
-from tierlog.log.checkpoint import read_partition_metadata
+from tierlog.log.checkpoint import CorruptCheckpointError, read_partition_metadata
+from tierlog.log.cleaner_checkpoint import CleanerOffsetCheckpoints
 from tierlog.log.compression import CompressionType
 from tierlog.log.files import parse_log_dir_name
 from tierlog.log.local_log import (
@@ -572,6 +573,7 @@ class Node:
             topic_id=topic.topic_id,
             clock=self.clock_ms,
             high_watermark_follows_leo=True,
+            cleaner_offset=_cleaner_offset(directory.parent, key),
         )
         part = _Partition(
             TopicIdPartition(topic.topic_id, topic.name, partition), log, leader_epoch=-1
@@ -1079,6 +1081,17 @@ def _to_producer_record(item: ProduceInput) -> ProducerRecord:
     raise InvalidArgumentError(
         f"a record to produce is bytes, a (key, value) tuple or a ProducerRecord, got {item!r}"
     )
+
+
+def _cleaner_offset(log_dir: Path, tp: TopicPartition) -> int | None:
+    """The partition's entry of the log directory's ``cleaner-offset-checkpoint`` (a Kafka
+    broker's directory carries one). An unreadable file is reported and treated as no entry:
+    the log then counts as never cleaned, which only makes retention keep more."""
+    try:
+        return CleanerOffsetCheckpoints(log_dir).get(tp)
+    except CorruptCheckpointError as e:
+        _LOG.warning("Ignoring the cleaner offset checkpoint of %s: %s", log_dir, e)
+        return None
 
 
 def decode_fetched(
