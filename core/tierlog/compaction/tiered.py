@@ -375,6 +375,7 @@ class TieredCleaner:
         result.segments_read = len(rewrite)
         result.cleaned = True
         result.end_offset = end_offset
+        log.set_cleaner_offset(end_offset)
         result.elapsed_s = time.monotonic() - started
         _LOG.info(
             "%s; %d of %d clean segments skipped by their Bloom filters, %d bytes downloaded, "
