@@ -17,7 +17,7 @@ producer, the batches of a segment file with their records (every CRC checked on
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -263,8 +263,15 @@ class CompactedLog:
     epochs: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, directory: Path, clock: Clock | None = None, **props: object) -> CompactedLog:
-        config = {**COMPACT_PROPS, **props}
+    def open(
+        cls,
+        directory: Path,
+        props: Mapping[str, object] | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> CompactedLog:
+        """A new (or existing) log in ``directory``: ``COMPACT_PROPS`` overridden by ``props``."""
+        config = {**COMPACT_PROPS, **(props or {})}
         clock = clock or Clock()
         log = LocalLog.open(
             directory, config, clock=clock, sync=False, high_watermark_follows_leo=True
@@ -290,7 +297,8 @@ class CompactedLog:
         info = self.log.append_as_leader(data, 0)
         return info.first_offset, info.last_offset
 
-    def _producer_batch(self, pid: int, kvs: Sequence[KV], ts: int | None, txn: bool) -> bytes:
+    def producer_batch(self, pid: int, kvs: Sequence[KV], ts: int | None, txn: bool) -> bytes:
+        """The producer's next batch (its sequence advanced), not appended."""
         seq = self.sequences.get(pid, 0)
         self.sequences[pid] = seq + len(kvs)
         return build_batch(
@@ -302,11 +310,11 @@ class CompactedLog:
         )
 
     def idempotent(self, pid: int, *kvs: KV, ts: int | None = None) -> tuple[int, int]:
-        info = self.log.append_as_leader(self._producer_batch(pid, kvs, ts, False), 0)
+        info = self.log.append_as_leader(self.producer_batch(pid, kvs, ts, False), 0)
         return info.first_offset, info.last_offset
 
     def txn(self, pid: int, *kvs: KV, ts: int | None = None) -> tuple[int, int]:
-        info = self.log.append_as_leader(self._producer_batch(pid, kvs, ts, True), 0)
+        info = self.log.append_as_leader(self.producer_batch(pid, kvs, ts, True), 0)
         return info.first_offset, info.last_offset
 
     def _marker(self, kind: ControlRecordType, pid: int) -> int:
