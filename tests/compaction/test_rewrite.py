@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tierlog.compaction.rewrite import (
     RetentionContext,
@@ -662,3 +664,80 @@ def test_stats_count_what_was_read_and_written(tmp_path: Path) -> None:
     assert r.stats.records_written == 3
     assert r.stats.batches_written == 3
     assert r.stats.bytes_written == len(r.outputs[0])
+
+
+# Against a model: the latest record of each key -----------------------------------------------
+
+
+@st.composite
+def plain_logs(draw: st.DrawFn) -> list[list[list[Record]]]:
+    """Segments of batches of keyed records (keys from a small set, some tombstones, some
+    empty keys), with offset gaps, in increasing offsets."""
+    offset = 0
+    segments: list[list[list[Record]]] = []
+    for _ in range(draw(st.integers(1, 3))):
+        batches: list[list[Record]] = []
+        for _ in range(draw(st.integers(1, 4))):
+            records = []
+            for _ in range(draw(st.integers(1, 4))):
+                key = draw(st.sampled_from([b"", b"a", b"b", b"c", b"d"]))
+                value = draw(st.one_of(st.none(), st.binary(max_size=8)))
+                ts = NOW - draw(st.integers(0, 1000))
+                records.append(Record(offset, ts, key, value))
+                offset += draw(st.sampled_from([1, 1, 1, 2]))
+            batches.append(records)
+        segments.append(batches)
+    return segments
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    log=plain_logs(),
+    codec=st.sampled_from([CompressionType.NONE, CompressionType.GZIP, CompressionType.ZSTD]),
+)
+def test_a_round_keeps_exactly_the_latest_record_of_each_key(
+    tmp_path: Path, log: list[list[list[Record]]], codec: CompressionType
+) -> None:
+    case = tmp_path / str(abs(hash((repr(log), codec))))
+    paths = []
+    source: dict[int, Record] = {}
+    spans: list[tuple[int, int]] = []
+    for batches in log:
+        base = batches[0][0].offset
+        datas = []
+        for records in batches:
+            datas.append(build_batch(records, base_offset=records[0].offset, compression=codec))
+            spans.append((records[0].offset, records[-1].offset))
+            source.update((r.offset, r) for r in records)
+        paths.append(write_segment(case, base, datas))
+    end = spans[-1][1] + 1
+    latest: dict[bytes | None, int] = {}
+    for off in sorted(source):
+        latest[source[off].key] = off
+    r = clean_files(paths, end_offset=end)
+    out = r.all_batches()
+    survivors = {x.offset: x for b in out for x in b.records}
+    assert set(survivors) == set(latest.values())
+    for off, rec in survivors.items():
+        assert tuple(rec[:5]) == tuple(source[off][:5])
+    # Batches keep their source spans; only the round's last batch may be an empty header.
+    for b in out:
+        assert (b.header.base_offset, b.header.last_offset) in spans
+        if not b.records:
+            assert b.header.next_offset == end and len(b.data) == 61
+    assert spans[-1][0] in {b.header.base_offset for b in out}
+    # Tombstones kept carry the round's horizon; a round past it removes them.
+    for b in out:
+        has_tombstone = any(x.value is None for x in b.records)
+        assert (b.header.delete_horizon_ms == NOW + DAY) == has_tombstone
+    second = [
+        write_segment(case / "2", base, [out_i])
+        for base, out_i in zip([batches[0][0].offset for batches in log], r.outputs, strict=True)
+        if out_i
+    ]
+    if second:
+        r2 = clean_files(second, end_offset=end, now=NOW + DAY)
+        left = {x.offset for b in r2.all_batches() for x in b.records}
+        assert left == {o for o in latest.values() if source[o].value is not None}
