@@ -46,7 +46,7 @@ from tierlog.compaction.engine import (
     SegmentTask,
     UploadSpec,
 )
-from tierlog.compaction.plan import SegmentInfo, cleanable_offsets, log_to_clean
+from tierlog.compaction.plan import LogToClean, SegmentInfo, cleanable_offsets, log_to_clean
 from tierlog.compaction.remote_io import StorageSpec, fetch_index_bytes
 from tierlog.compaction.rewrite import RetentionContext
 from tierlog.compaction.summary import DEFAULT_FALSE_POSITIVE_RATE, SegmentSummary
@@ -57,6 +57,7 @@ from tierlog.spi import (
     CorruptRecordError,
     IndexType,
     RemoteLogMetadataManager,
+    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
@@ -160,6 +161,14 @@ class TieredCleanResult(CleanResult):
     published: list[RemoteLogSegmentMetadata] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    chain: list[RemoteLogSegmentMetadata]
+    resolved: dict[int, int]
+    summaries: dict[RemoteLogSegmentId, SegmentSummary | None]
+    plan: LogToClean
+
+
 @dataclass(slots=True)
 class TieredCleaner:
     """Runs rounds for one node's tiered compacted partitions (see the module docstring)."""
@@ -170,7 +179,7 @@ class TieredCleaner:
     broker_id: int
     scratch: str | None = None
     false_positive_rate: float = DEFAULT_FALSE_POSITIVE_RATE
-    summaries: dict[object, SegmentSummary | None] = field(default_factory=dict)
+    summaries: dict[RemoteLogSegmentId, SegmentSummary | None] = field(default_factory=dict)
     """Compaction summaries already fetched, by segment id (segments never change)."""
 
     def _summary(self, segment: RemoteLogSegmentMetadata) -> SegmentSummary | None:
@@ -202,6 +211,45 @@ class TieredCleaner:
             )
         return [e for e in entries if e.first_offset < end_offset]
 
+    def plan(
+        self, log: LocalLog, tip: TopicIdPartition, *, checkpoint: int | None, now_ms: int
+    ) -> _Prepared:
+        """The round's plan for ``log`` without running it (the cleaner manager compares the
+        dirty ratios of its logs with it)."""
+        config = log.config
+        chain = remote_chain(self.rlmm, tip, log)
+        resolved = resolve_cleaner_offsets(chain)
+        if resolved:
+            checkpoint = resolved[max(resolved)]
+        chain_end = chain[-1].end_offset + 1 if chain else log.log_start_offset
+        summaries = {s.remote_log_segment_id: self._summary(s) for s in chain}
+        infos = []
+        for segment in chain:
+            summary = summaries[segment.remote_log_segment_id]
+            infos.append(
+                SegmentInfo(
+                    base_offset=segment.start_offset,
+                    size=segment.segment_size_in_bytes,
+                    largest_timestamp=segment.max_timestamp_ms,
+                    first_batch_timestamp=(
+                        None if summary is None else summary.first_batch_timestamp
+                    ),
+                    remote=True,
+                )
+            )
+        cleanable = cleanable_offsets(
+            infos,
+            checkpoint=checkpoint,
+            log_start_offset=log.log_start_offset,
+            log_end_offset=log.log_end_offset,
+            last_stable_offset=log.last_stable_offset,
+            active_segment_base=chain_end,
+            min_compaction_lag_ms=config.min_compaction_lag_ms,
+            max_compaction_lag_ms=config.max_compaction_lag_ms,
+            now_ms=now_ms,
+        )
+        return _Prepared(chain, resolved, summaries, log_to_clean(infos, cleanable, chain_end))
+
     def clean(
         self,
         log: LocalLog,
@@ -218,38 +266,13 @@ class TieredCleaner:
         started = time.monotonic()
         now = int(time.time() * 1000) if now_ms is None else now_ms
         config = log.config
-        chain = remote_chain(self.rlmm, tip, log)
-        resolved = resolve_cleaner_offsets(chain)
-        if resolved:
-            checkpoint = resolved[max(resolved)]
-        chain_end = chain[-1].end_offset + 1 if chain else log.log_start_offset
-        summaries = {s.remote_log_segment_id: self._summary(s) for s in chain}
-        infos = []
-        for segment in chain:
-            summary = summaries[segment.remote_log_segment_id]
-            infos.append(
-                SegmentInfo(
-                    base_offset=segment.start_offset,
-                    size=segment.segment_size_in_bytes,
-                    largest_timestamp=segment.max_timestamp_ms,
-                    first_batch_timestamp=None
-                    if summary is None
-                    else summary.first_batch_timestamp,
-                    remote=True,
-                )
-            )
-        cleanable = cleanable_offsets(
-            infos,
-            checkpoint=checkpoint,
-            log_start_offset=log.log_start_offset,
-            log_end_offset=log.log_end_offset,
-            last_stable_offset=log.last_stable_offset,
-            active_segment_base=chain_end,
-            min_compaction_lag_ms=config.min_compaction_lag_ms,
-            max_compaction_lag_ms=config.max_compaction_lag_ms,
-            now_ms=now,
+        prepared = self.plan(log, tip, checkpoint=checkpoint, now_ms=now)
+        chain, resolved, summaries, plan = (
+            prepared.chain,
+            prepared.resolved,
+            prepared.summaries,
+            prepared.plan,
         )
-        plan = log_to_clean(infos, cleanable, chain_end)
         result = TieredCleanResult(
             topic_partition=log.topic_partition,
             cleaned=False,
