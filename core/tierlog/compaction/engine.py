@@ -38,7 +38,13 @@ from tierlog.compaction.writer import CleanedSegmentWriter
 from tierlog.log.checkpoint import encode_leader_epoch_checkpoint
 from tierlog.log.log_config import LogConfig
 from tierlog.log.segment import LogSegment
-from tierlog.spi import CustomMetadata, IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from tierlog.spi import (
+    CustomMetadata,
+    IndexType,
+    InvalidArgumentError,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+)
 
 __all__ = [
     "CleanEngine",
@@ -78,7 +84,9 @@ class SegmentTask:
         if self.path is not None:
             return self.path, 0
         if self.remote is None or self.storage is None:
-            raise ValueError(f"segment task {self.index} has neither a path nor a remote source")
+            raise InvalidArgumentError(
+                f"segment task {self.index} has neither a path nor a remote source"
+            )
         path, downloaded = download_segment(
             self.storage.open(), self.remote, scratch_dir(self.scratch)
         )

@@ -11,6 +11,7 @@ log end. Run it on a copy: a broker must not have the directory open.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -48,7 +49,9 @@ def clean_partition_dir(
         raise FileNotFoundError(f"partition directory {path} does not exist")
     props: dict[str, object] = {"cleanup.policy": "compact"}
     props.update(config or {})
-    log = LocalLog.open(path, props, create=False)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    # The round's clock also judges which producers have expired when the log loads.
+    log = LocalLog.open(path, props, create=False, clock=lambda: now)
     try:
         tp = log.topic_partition
         hw_file = path.parent / REPLICATION_OFFSET_CHECKPOINT
@@ -58,7 +61,7 @@ def clean_partition_dir(
         result = clean_local_log(
             log,
             checkpoint=checkpoints.get(tp),
-            now_ms=now_ms,
+            now_ms=now,
             force=force,
             engine=engine,
             progress=progress,

@@ -120,12 +120,17 @@ def _check_sorted(segments: Sequence[SegmentInfo]) -> None:
             )
 
 
-def _overlapping(segments: Sequence[SegmentInfo], start: int, end: int) -> list[SegmentInfo]:
-    """Kafka's ``logSegments(from, to)``: segments holding offsets in ``[start, end)`` (the floor
-    segment of ``start`` included)."""
+def _overlapping(
+    segments: Sequence[SegmentInfo], start: int, end: int, active_segment_base: int
+) -> list[SegmentInfo]:
+    """Kafka's ``logSegments(from, to)`` over the non-active segments: those holding offsets
+    in ``[start, end)`` (the floor segment of ``start`` included); the last one ends where the
+    active segment begins. Nothing for an empty range."""
+    if start >= end:
+        return []
     out: list[SegmentInfo] = []
     for i, seg in enumerate(segments):
-        next_base = segments[i + 1].base_offset if i + 1 < len(segments) else INT64_MAX
+        next_base = segments[i + 1].base_offset if i + 1 < len(segments) else active_segment_base
         if seg.base_offset < end and next_base > start:
             out.append(seg)
     return out
@@ -208,9 +213,11 @@ def log_to_clean(
     floors = [b for b in bases if b <= uncleanable]
     first_uncleanable = max(floors) if floors else active_segment_base
     first_dirty = cleanable.first_dirty_offset
-    clean_bytes = sum(s.size for s in _overlapping(segments, -1, first_dirty))
+    clean_bytes = sum(s.size for s in _overlapping(segments, -1, first_dirty, active_segment_base))
     dirty_start = min(first_dirty, first_uncleanable)
-    cleanable_bytes = sum(s.size for s in _overlapping(segments, dirty_start, first_uncleanable))
+    cleanable_bytes = sum(
+        s.size for s in _overlapping(segments, dirty_start, first_uncleanable, active_segment_base)
+    )
     return LogToClean(
         first_dirty_offset=first_dirty,
         first_uncleanable_offset=first_uncleanable,

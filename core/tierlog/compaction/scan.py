@@ -180,8 +180,8 @@ def iter_segment_rows(
         if header.is_control:
             records = records_of(header, data, name)
             kind = marker_kind(header, records)
-            event = TxnEvent(header.base_offset, header.last_offset, header.producer_id, kind)
-            yield BatchRows(len(data), len(records), event, [], [])
+            marker = TxnEvent(header.base_offset, header.last_offset, header.producer_id, kind)
+            yield BatchRows(len(data), len(records), marker, [], [])
             continue
         event: TxnEvent | None = None
         if header.is_transactional:

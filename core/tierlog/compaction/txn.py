@@ -29,6 +29,7 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from tierlog.log.txn_index import AbortedTxn
+from tierlog.spi import InvalidArgumentError
 
 __all__ = [
     "AbortedIndex",
@@ -158,7 +159,7 @@ def decide_transactions(events: Iterable[TxnEvent], aborted: Iterable[AbortedTxn
     previous = -1
     for event in events:
         if event.base_offset <= previous:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"transaction events out of order: {event.base_offset} after {previous}"
             )
         previous = event.base_offset

@@ -20,6 +20,7 @@ from tierlog.log.files import log_file, offset_index_file, time_index_file, tran
 from tierlog.log.log_config import LogConfig
 from tierlog.log.segment import LogSegment
 from tierlog.log.txn_index import AbortedTxn
+from tierlog.spi import InvalidArgumentError
 
 __all__ = ["CLEANED_SUFFIX", "CleanedSegmentWriter"]
 
@@ -59,7 +60,7 @@ class CleanedSegmentWriter:
     def append(self, header: RecordBatch, data: bytes, index_entry: AbortedTxn | None) -> None:
         """Append one surviving batch (and the transaction index entry its marker keeps)."""
         if header.base_offset <= self._last_offset:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"cleaned batches out of order: {header.base_offset} after {self._last_offset}"
             )
         if index_entry is not None:

@@ -37,6 +37,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
+from tierlog.compaction.config import KEYS as CLEANER_KEYS
+from tierlog.compaction.config import CleanerConfig
 from tierlog.log.log_config import BROKER_KEYS, LogConfig, ignored_broker_settings
 from tierlog.properties import (
     did_you_mean,
@@ -111,7 +113,13 @@ IGNORED_NODE_KEYS: Final[Mapping[str, str]] = MappingProxyType(
 """Broker keys a single node has no use for but which a server.properties copied from a Kafka
 broker holds, each with why it has no effect: accepted, and reported (not as unknown)."""
 
-_KNOWN_KEYS: Final = NODE_KEYS | BROKER_KEYS | RLM_KEYS | frozenset(IGNORED_NODE_KEYS)
+_KNOWN_KEYS: Final = (
+    NODE_KEYS
+    | BROKER_KEYS
+    | RLM_KEYS
+    | frozenset(IGNORED_NODE_KEYS)
+    | frozenset(k.name for k in CLEANER_KEYS)
+)
 """Every key a node accepts (plugin keys under a prefix aside): what an unknown key is compared
 with for a "did you mean"."""
 
@@ -130,6 +138,8 @@ class NodeConfig:
     log_format: str = "text"
     log_level: str = "INFO"
     rlm: RemoteLogManagerConfig = field(default_factory=RemoteLogManagerConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    """The log cleaner of compacted topics (``log.cleaner.*``, ``remote.log.compaction.*``)."""
     props: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Every key as given (strings), for the topic defaults and for ``to_properties``."""
     unknown_keys: tuple[str, ...] = ()
@@ -201,7 +211,10 @@ class NodeConfig:
             sorted(
                 k
                 for k in rlm_unknown
-                if k not in NODE_KEYS and k not in BROKER_KEYS and k not in IGNORED_NODE_KEYS
+                if k not in NODE_KEYS
+                and k not in BROKER_KEYS
+                and k not in IGNORED_NODE_KEYS
+                and not CleanerConfig.recognizes(k)
             )
         )
         strict = parse_bool("tierlog.config.strict", props.get("tierlog.config.strict", "false"))
@@ -233,6 +246,7 @@ class NodeConfig:
             log_format=log_format,
             log_level=log_level.upper(),
             rlm=rlm,
+            cleaner=CleanerConfig.from_props(props),
             props=dict(props),
             unknown_keys=unknown,
             ignored_keys=tuple(ignored),
