@@ -57,6 +57,7 @@ from tierlog.log.local_log import (
     LocalLog,
     LogAppendInfo,
     OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
 )
 from tierlog.log.reader import iter_batches_with_records
 from tierlog.log.record import Record
@@ -788,7 +789,9 @@ class Node:
         Below the local log start the read goes to remote storage on the RLM's reader pool;
         when the remote fetch quota is exhausted the result is empty with ``throttled`` set (the
         caller retries later, as a Kafka consumer does). ``OffsetOutOfRangeError`` outside
-        ``[log start, log end]``.
+        ``[log start, log end]``. An offset compacted away reads the next batch, as in Kafka;
+        when remote storage holds none after it (compaction emptied the end of the last remote
+        segment), the read continues at the local log start.
 
         The remote read is waited for at most ``timeout_s`` or, by default,
         ``remote.fetch.max.wait.ms`` (Kafka's ``DelayedRemoteFetch``). A read not done by then
@@ -838,8 +841,33 @@ class Node:
                 return self._result(part, offset, None, remote=True, expired=True)
             info = trim_partial_batch(future.result())
             remote = True
+            if not info.records and not info.first_entry_incomplete:
+                # No remote batch at or after the offset: compaction emptied the end of the
+                # last remote segment, and the next batch is the first local one.
+                local = self._read_from_local_start(log, offset, max_bytes, isolation)
+                if local is not None:
+                    info, remote = local, False
         committed = isolation == "read_committed"
         return self._result(part, offset, info, remote=remote, committed=committed)
+
+    @staticmethod
+    def _read_from_local_start(
+        log: LocalLog,
+        offset: int,
+        max_bytes: int,
+        isolation: Literal["read_uncommitted", "read_committed"],
+    ) -> FetchDataInfo | None:
+        """The local read a fetch below the local log start continues with when remote storage
+        has no batch from ``offset`` on (the holes compaction leaves can end a remote segment,
+        so the next batch may be the first local one); None if the local log start moved below
+        ``offset`` meanwhile, or its data went to remote storage (the consumer fetches again)."""
+        start = log.local_log_start_offset
+        if start <= offset:
+            return None
+        try:
+            return log.read(start, max_bytes, isolation)
+        except OffsetOutOfRangeError:
+            return None
 
     def _result(
         self,
