@@ -14,7 +14,11 @@ Kafka's ``RemoteLogManager`` (KIP-405) for one node. Leadership is given to it, 
   segment id supersedes it) and the task backs off (``remote.log.manager.task.retry.*``);
 - a leader's **expiration task** (expiration pool) applies remote retention
   (``tierlog.rlm.retention``): the log start offset moves first, then each expired segment goes
-  through ``DELETE_SEGMENT_STARTED`` -> RSM delete -> ``DELETE_SEGMENT_FINISHED``;
+  through ``DELETE_SEGMENT_STARTED`` -> RSM delete -> ``DELETE_SEGMENT_FINISHED``. A compacted
+  topic is tiered like any other (a tierlog extension: Kafka refuses remote storage for it); its
+  remote segments expire by ``retention.ms``/``retention.bytes`` only with ``compact,delete``
+  (the KIP "Tiered Storage for compacted topics": with ``compact`` alone only compaction and the
+  log start offset remove data);
 - a follower's **follower task** (follower pool) keeps its highest offset in remote storage up
   to date from the RLMM, so its local retention never deletes what the leader has not tiered.
 
@@ -412,8 +416,11 @@ class RLMExpirationTask(_RLMTask):
             log_end_offset=log.log_end_offset,
             log_start_offset=log.log_start_offset,
             only_local_log_segments_size=log.only_local_log_segments_size(),
-            retention_ms=config.retention_ms,
-            retention_bytes=config.retention_bytes,
+            # cleanup.policy=compact without delete: nothing expires by time or size.
+            retention_ms=-1 if config.compact and not config.delete else config.retention_ms,
+            retention_bytes=(
+                -1 if config.compact and not config.delete else config.retention_bytes
+            ),
             now_ms=rlm.clock_ms(),
             segment_ids_being_copied=rlm.segment_ids_being_copied(),
             assume_all_segments_valid=self.all_segments_valid,
