@@ -35,6 +35,34 @@ Kafka (checked too).
 Non-minimal varints are accepted, as by Kafka. Everything wrong with a record raises
 ``MetadataRecordError`` naming what is wrong and where.
 
+tierlog's tagged field: CleanerOffsets (apiKey 0, tag 1272)
+----------------------------------------------------------
+For compacted topics in tiered storage (KIP-1272), a segment the log cleaner rewrote carries the
+cleaner-offset vector per leader epoch (``RemoteLogSegmentMetadata.cleaner_offsets``, e.g.
+``{0: 100, 1: 155}``), the state that fences a zombie leader's cleaning. Only the add record
+(``RemoteLogSegmentMetadataRecord``, written at COPY_SEGMENT_STARTED) has it; updates carry no
+offsets, and the cache keeps the vector of the segment's add record::
+
+    tagged: CleanerOffsets []{LeaderEpoch int32, Offset int64, [tags]}, tag 1272, versions 0+
+
+- The data of the tag is a COMPACT_ARRAY of entries shaped like ``SegmentLeaderEpochs``' (each
+  ends with its own, empty, tagged-field section), in ascending epoch order, at least one entry.
+  It is written only when ``cleaner_offsets`` is not None, in the record's one top-level section
+  in ascending tag order with ``TxnIndexEmpty`` (tag 0) and any unknown tags; a record without
+  a vector has exactly the bytes it had before the field existed.
+- Why 1272: the KIP's number, far above the tags Kafka's schemas use or have proposed (tag 0
+  ``TxnIndexEmpty``; tag 1 ``BrokerLeaderEpoch`` in KAFKA-20033's v1 schema), so a Kafka
+  schema growing a field in the usual order of tags will not collide with it for a long time.
+- What Kafka does with it: its generated ``RemoteLogSegmentMetadataRecord.read`` keeps a tag it
+  does not know as a raw unknown tagged field, and ``RemoteLogSegmentMetadataTransform`` drops
+  it, so a Kafka broker, its TopicBasedRemoteLogMetadataManager and its console formatter read
+  such a record as the same segment without the vector (checked against Kafka 4.3.1's classes in
+  ``tests/metadata/test_cleaner_offsets_kafka.py``). A record Kafka re-serializes loses the tag.
+- Reading is strict, since only tierlog writes it: a truncated or over-long payload, a null or
+  empty array, an epoch out of ascending order or repeated, or the tag twice in one section raises
+  ``MetadataRecordError`` naming ``CleanerOffsets (tag 1272)``. The snapshot record (apiKey 3)
+  does not define the tag: there it stays an unknown tagged field, as any other.
+
 The JSON form of these records (``tierlog metadata decode``/``encode``) is
 ``tierlog.metadata.json_codec``'s: this module is the binary serde only.
 """
@@ -83,6 +111,7 @@ from tierlog.spi import (
 )
 
 __all__ = [
+    "CLEANER_OFFSETS_TAG",
     "FRAME_VERSION",
     "RECORD_TYPES",
     "DecodedRecord",
@@ -115,9 +144,12 @@ RECORD_TYPES: Final[Mapping[int, str]] = MappingProxyType(
 _MAX_SHORT: Final = 0x7FFF
 _TXN_INDEX_EMPTY_TAG: Final = 0
 _TXN_TRUE: Final = ((_TXN_INDEX_EMPTY_TAG, b"\x01"),)
+CLEANER_OFFSETS_TAG: Final = 1272
+"""tierlog's tagged field of apiKey 0: the cleaner-offset vector (KIP-1272; module docstring)."""
+_CLEANER_OFFSETS: Final = f"CleanerOffsets (tag {CLEANER_OFFSETS_TAG})"
 # apiKey -> the tags its schema defines (they are not "unknown" and cannot be set raw).
 _KNOWN_TAGS: Final[Mapping[int, frozenset[int]]] = {
-    SEGMENT_METADATA: frozenset({_TXN_INDEX_EMPTY_TAG}),
+    SEGMENT_METADATA: frozenset({_TXN_INDEX_EMPTY_TAG, CLEANER_OFFSETS_TAG}),
     SEGMENT_METADATA_UPDATE: frozenset(),
     PARTITION_DELETE_METADATA: frozenset(),
     SEGMENT_METADATA_SNAPSHOT: frozenset({_TXN_INDEX_EMPTY_TAG}),
@@ -363,21 +395,60 @@ def _build_segment_id(raw: tuple[_RawTopicIdPartition, Uuid]) -> RemoteLogSegmen
     return RemoteLogSegmentId(_build_topic_id_partition(raw[0]), raw[1])
 
 
-def _read_epochs(buf: bytes, pos: int) -> tuple[dict[int, int], int]:
-    count, pos = read_array_length(buf, pos, "SegmentLeaderEpochs", _EPOCH_ENTRY_MIN_SIZE)
+def _read_epochs(
+    buf: bytes, pos: int, what: str = "SegmentLeaderEpochs"
+) -> tuple[dict[int, int], int]:
+    """An array of ``{LeaderEpoch, Offset, [tags]}`` entries (``SegmentLeaderEpochs`` or
+    tierlog's ``CleanerOffsets``) as a dict, in the order read."""
+    count, pos = read_array_length(buf, pos, what, _EPOCH_ENTRY_MIN_SIZE)
     epochs: dict[int, int] = {}
     unpack_from = _EPOCH_ENTRY.struct.unpack_from
     end = len(buf)
     for index in range(count):
         if pos + _EPOCH_ENTRY_MIN_SIZE > end:
-            raise _EPOCH_ENTRY.truncation(buf, pos, f"SegmentLeaderEpochs[{index}].")
+            raise _EPOCH_ENTRY.truncation(buf, pos, f"{what}[{index}].")
         epoch, offset, first_tag_byte = unpack_from(buf, pos)
         if first_tag_byte == 0:
             pos += _EPOCH_ENTRY_MIN_SIZE
         else:
-            pos = skip_tagged_fields(buf, pos + 12, f"SegmentLeaderEpochs[{index}]")
+            pos = skip_tagged_fields(buf, pos + 12, f"{what}[{index}]")
         epochs[epoch] = offset  # a repeated epoch keeps its last offset, as Kafka's HashMap
     return epochs, pos
+
+
+def _read_cleaner_offsets(data: bytes, section_pos: int) -> dict[int, int]:
+    """The vector in the data of a CleanerOffsets tag; strict (see the module docstring).
+
+    Offsets in the errors are within the tag's data, which starts in the record's top-level
+    tagged-field section at ``section_pos``.
+    """
+    where = f"{RECORD_TYPES[SEGMENT_METADATA]} tagged field {_CLEANER_OFFSETS}"
+    try:
+        count, pos = read_array_length(data, 0, "CleanerOffsets", _EPOCH_ENTRY_MIN_SIZE)
+        if count == 0:
+            raise MetadataRecordError("the array is empty (a vector has at least one epoch)")
+        previous: int | None = None
+        vector: dict[int, int] = {}
+        for index in range(count):
+            epoch, offset, _ = _EPOCH_ENTRY.unpack(data, pos, f"CleanerOffsets[{index}].")
+            if previous is not None and epoch <= previous:
+                raise MetadataRecordError(
+                    f"CleanerOffsets[{index}] has leader epoch {epoch} after {previous} "
+                    "(epochs must be ascending and unique)"
+                )
+            pos = skip_tagged_fields(data, pos + 12, f"CleanerOffsets[{index}]")
+            vector[epoch] = offset
+            previous = epoch
+        if pos != len(data):
+            raise MetadataRecordError(
+                f"{len(data) - pos} byte(s) after its last entry (at offset {pos})"
+            )
+    except MetadataRecordError as exc:
+        raise MetadataRecordError(
+            f"malformed record: {where} in the section at offset {section_pos}: {exc} "
+            f"(offsets within the field's {len(data)} byte(s))"
+        ) from None
+    return vector
 
 
 def _read_custom_metadata(buf: bytes, pos: int) -> tuple[CustomMetadata | None, int]:
@@ -428,6 +499,27 @@ def _split_txn_tag(
     return txn_index_empty, unknown
 
 
+def _split_cleaner_offsets(
+    fields: list[tuple[int, bytes]], pos: int
+) -> tuple[dict[int, int] | None, list[tuple[int, bytes]]]:
+    """Take tierlog's CleanerOffsets tag out of apiKey 0's top-level section; absent: None."""
+    if not fields:
+        return None, fields
+    vector: dict[int, int] | None = None
+    unknown: list[tuple[int, bytes]] = []
+    for tag, data in fields:
+        if tag != CLEANER_OFFSETS_TAG:
+            unknown.append((tag, data))
+        elif vector is not None:
+            raise MetadataRecordError(
+                f"malformed record: {RECORD_TYPES[SEGMENT_METADATA]} tagged field "
+                f"{_CLEANER_OFFSETS} appears more than once in the section at offset {pos}"
+            )
+        else:
+            vector = _read_cleaner_offsets(data, pos)
+    return vector, unknown
+
+
 def _decode_segment(buf: bytes, pos: int) -> _BodyResult:
     record = RECORD_TYPES[SEGMENT_METADATA]
     segment_id, pos = _read_segment_id(buf, pos)
@@ -438,7 +530,8 @@ def _decode_segment(buf: bytes, pos: int) -> _BodyResult:
     state_pos = pos
     state_id, pos = _read_state_id(buf, pos, "RemoteLogSegmentState")
     fields, tags_end = read_tagged_fields(buf, pos, record)
-    txn_index_empty, unknown = _split_txn_tag(fields, record, pos)
+    txn_index_empty, fields = _split_txn_tag(fields, record, pos)
+    cleaner_offsets, unknown = _split_cleaner_offsets(fields, pos)
 
     def build() -> MetadataValue:
         state = _state(RemoteLogSegmentState, state_id, state_pos)
@@ -458,6 +551,7 @@ def _decode_segment(buf: bytes, pos: int) -> _BodyResult:
                 custom,
                 state,
                 txn_index_empty,
+                cleaner_offsets,
             )
         except InvalidArgumentError as exc:
             raise MetadataRecordError(f"invalid {record}: {exc}") from exc
@@ -644,13 +738,22 @@ def _fast_segment(buf: bytes, version: int) -> DecodedRecord | None:
         return None
     state_id, tag_count = _FAST_STATE_AND_TAGS.unpack_from(buf, pos)
     pos += 2
+    cleaner_offsets: dict[int, int] | None = None
     if tag_count == 0:
         txn_index_empty = False
     elif tag_count == 1 and buf[pos : pos + 3] == _TXN_TRUE_BODY:
         txn_index_empty = True
         pos += 3
     else:
-        return None
+        # A cleaned segment's record (CleanerOffsets): still no unknown tags to keep.
+        try:
+            fields, pos = read_tagged_fields(buf, pos - 1, "")
+            txn_index_empty, fields = _split_txn_tag(fields, "", pos)
+            cleaner_offsets, unknown = _split_cleaner_offsets(fields, pos)
+        except MetadataRecordError:
+            return None
+        if unknown:
+            return None
     if pos != end or not 0 <= state_id < len(_SEGMENT_STATES):
         return None
     value = RemoteLogSegmentMetadata(
@@ -665,6 +768,7 @@ def _fast_segment(buf: bytes, version: int) -> DecodedRecord | None:
         custom,
         _SEGMENT_STATES[state_id],
         txn_index_empty,
+        cleaner_offsets,
     )
     return _trusted_record(SEGMENT_METADATA, version, value)
 
@@ -808,17 +912,17 @@ def _segment_id(record: str, segment_id: RemoteLogSegmentId) -> bytes:
     )
 
 
-def _epochs(record: str, epochs: Mapping[int, int]) -> bytes:
+def _epochs(record: str, epochs: Mapping[int, int], what: str = "SegmentLeaderEpochs") -> bytes:
     parts = [uvarint(len(epochs) + 1)]
     pack = _EPOCH_ENTRY.struct.pack
     for epoch, offset in epochs.items():
         try:
             parts.append(pack(epoch, offset, 0))
         except struct.error:
-            check_int(record, "SegmentLeaderEpochs leader epoch", "i", epoch)
-            check_int(record, f"SegmentLeaderEpochs offset of epoch {epoch}", "q", offset)
+            check_int(record, f"{what} leader epoch", "i", epoch)
+            check_int(record, f"{what} offset of epoch {epoch}", "q", offset)
             raise MetadataRecordError(
-                f"cannot encode {record}: invalid SegmentLeaderEpochs entry {epoch!r}: {offset!r}"
+                f"cannot encode {record}: invalid {what} entry {epoch!r}: {offset!r}"
             ) from None
     return b"".join(parts)
 
@@ -833,10 +937,23 @@ def _custom(record: str, custom: CustomMetadata | None) -> bytes:
 _TXN_TRUE_SECTION: Final = tagged_fields(_TXN_TRUE)
 
 
-def _segment_tags(txn_idx_empty: bool, unknown: tuple[tuple[int, bytes], ...]) -> bytes:
-    if not unknown:
+def _segment_tags(
+    txn_idx_empty: bool,
+    unknown: tuple[tuple[int, bytes], ...],
+    cleaner_offsets: Mapping[int, int] | None = None,
+) -> bytes:
+    if not unknown and cleaner_offsets is None:
         return _TXN_TRUE_SECTION if txn_idx_empty else EMPTY_TAGGED_FIELDS
-    return tagged_fields((_TXN_TRUE if txn_idx_empty else ()) + unknown)
+    fields = (_TXN_TRUE if txn_idx_empty else ()) + unknown
+    if cleaner_offsets is not None:
+        record = RECORD_TYPES[SEGMENT_METADATA]
+        if not cleaner_offsets:
+            raise MetadataRecordError(
+                f"cannot encode {record}: {_CLEANER_OFFSETS} must hold at least one epoch"
+            )
+        ordered = dict(sorted(cleaner_offsets.items()))
+        fields += ((CLEANER_OFFSETS_TAG, _epochs(record, ordered, "CleanerOffsets")),)
+    return tagged_fields(fields)
 
 
 def _encode_segment(
@@ -858,7 +975,7 @@ def _encode_segment(
             _SIZE.pack(record, value.segment_size_in_bytes),
             _custom(record, value.custom_metadata),
             _SEGMENT_STATE.pack(record, _segment_state_id(record, value.state)),
-            _segment_tags(bool(value.txn_idx_empty), unknown),
+            _segment_tags(bool(value.txn_idx_empty), unknown, value.cleaner_offsets),
         )
     )
 
