@@ -7,6 +7,11 @@ be compared directly. Each line is ``partition: %d, offset: %d, value: %s`` with
 ``toString()`` of the decoded object, which this module reproduces (``kafka_string``): Java's
 ``Optional`` (``Optional[...]`` / ``Optional.empty``), ``TreeMap`` (``{0=0, 1=20}``), booleans
 (``true``) and the field order of each Kafka class.
+
+One addition: the metadata of a segment the log cleaner wrote (compacted topics in tiered
+storage, KIP-1272) ends with ``, cleanerOffsets={0=100, 1=155}`` (its cleaner-offset vector, in
+the form of ``segmentLeaderEpochs``) before the closing brace. Kafka skips that tagged field, so
+its formatter prints the same line without it; every other line is Kafka's unchanged.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ def _map(mapping: Mapping[int, int]) -> str:
     return "{" + ", ".join(f"{key}={value}" for key, value in sorted(mapping.items())) + "}"
 
 
+def _cleaner_offsets(vector: Mapping[int, int] | None) -> str:
+    """tierlog's field after Kafka's last one: nothing for a segment without a vector."""
+    return "" if vector is None else f", cleanerOffsets={_map(vector)}"
+
+
 def _tip(tip: TopicIdPartition) -> str:
     return f"{tip.topic_id}:{tip.topic}-{tip.partition}"
 
@@ -77,7 +87,7 @@ def kafka_string(obj: object) -> str:
             f", segmentLeaderEpochs={_map(obj.segment_leader_epochs)}"
             f", segmentSizeInBytes={obj.segment_size_in_bytes}"
             f", customMetadata={_optional(obj.custom_metadata)}, state={obj.state.name}"
-            f", txnIdxEmpty={_bool(obj.txn_idx_empty)}}}"
+            f", txnIdxEmpty={_bool(obj.txn_idx_empty)}{_cleaner_offsets(obj.cleaner_offsets)}}}"
         )
     if isinstance(obj, RemoteLogSegmentMetadataUpdate):
         return (

@@ -18,7 +18,8 @@ message name) and ``unknownTaggedFields`` (a list of ``{"tag": int, "data": hex}
        "maxTimestampMs": 1700000000000, "eventTimestampMs": 1700000001000,
        "segmentLeaderEpochs": [{"leaderEpoch": 0, "offset": 0}],
        "segmentSizeInBytes": 1024, "customMetadata": "cafe",
-       "remoteLogSegmentState": "COPY_SEGMENT_STARTED", "txnIndexEmpty": true}
+       "remoteLogSegmentState": "COPY_SEGMENT_STARTED", "txnIndexEmpty": true,
+       "cleanerOffsets": [{"leaderEpoch": 0, "offset": 100}, {"leaderEpoch": 1, "offset": 155}]}
     apiKey 1, "RemoteLogSegmentMetadataUpdateRecord":
       {"remoteLogSegmentId": {...}, "brokerId", "eventTimestampMs", "customMetadata",
        "remoteLogSegmentState"}
@@ -31,12 +32,17 @@ message name) and ``unknownTaggedFields`` (a list of ``{"tag": int, "data": hex}
        "remoteLogSegmentState", "txnIndexEmpty"}
 
 ``customMetadata`` is ``null`` for no custom metadata and ``""`` for empty custom metadata.
-``record_to_json`` always writes every key. ``record_from_json`` requires every key except
-``type`` (checked against ``apiKey`` when present), ``customMetadata`` (default ``null``),
-``txnIndexEmpty`` (default ``false``) and ``unknownTaggedFields`` (default ``[]``); it also
-accepts a state's numeric id. Unknown keys are rejected, so a misspelled field is reported
-instead of silently defaulted. ``record_from_json(record_to_json(d)) == d`` for every
-``DecodedRecord``, hence the same bytes when encoded.
+``cleanerOffsets`` is tierlog's tagged field of apiKey 0 (tag 1272, the cleaner-offset vector of
+a segment the log cleaner wrote, KIP-1272; see ``serde``), in the form of
+``segmentLeaderEpochs``, ascending by epoch.
+``record_to_json`` writes every key, except ``cleanerOffsets`` for a segment without a vector.
+``record_from_json`` requires every key except ``type`` (checked against ``apiKey`` when
+present), ``customMetadata`` (default ``null``), ``txnIndexEmpty`` (default ``false``),
+``cleanerOffsets`` (default: no vector; ``null`` too, while ``[]`` is refused) and
+``unknownTaggedFields`` (default ``[]``); it also accepts a state's numeric id. Unknown keys
+are rejected, so a misspelled field is reported instead of silently defaulted.
+``record_from_json(record_to_json(d)) == d`` for every ``DecodedRecord``, hence the same bytes
+when encoded.
 """
 
 from __future__ import annotations
@@ -121,6 +127,8 @@ def record_to_json(decoded: DecodedRecord) -> JsonObject:
     if isinstance(value, RemoteLogSegmentMetadata):
         out["remoteLogSegmentId"] = _segment_id_json(value.remote_log_segment_id)
         out.update(_segment_fields_json(value))
+        if value.cleaner_offsets is not None:
+            out["cleanerOffsets"] = _epochs_json(value.cleaner_offsets)
     elif isinstance(value, RemoteLogSegmentMetadataUpdate):
         out.update(
             remoteLogSegmentId=_segment_id_json(value.remote_log_segment_id),
@@ -295,19 +303,35 @@ def _segment_id_from_json(fields: _JsonFields) -> RemoteLogSegmentId:
     return RemoteLogSegmentId(tip, segment_id)
 
 
-def _epochs_from_json(fields: _JsonFields) -> dict[int, int]:
+def _epochs_from_json(
+    fields: _JsonFields, key: str = "segmentLeaderEpochs", default: object = _MISSING
+) -> dict[int, int]:
     epochs: dict[int, int] = {}
-    for index, entry in enumerate(fields.array("segmentLeaderEpochs")):
-        item = _JsonFields(entry, f"segmentLeaderEpochs[{index}]")
+    for index, entry in enumerate(fields.array(key, default)):
+        item = _JsonFields(entry, f"{key}[{index}]")
         epoch = item.get_int("leaderEpoch", "int32")
         offset = item.get_int("offset", "int64")
         item.finish()
         if epoch in epochs:
             raise MetadataRecordError(
-                f"segmentLeaderEpochs[{index}]: leader epoch {epoch} appears more than once"
+                f"{key}[{index}]: leader epoch {epoch} appears more than once"
             )
         epochs[epoch] = offset
     return epochs
+
+
+def _cleaner_offsets_from_json(fields: _JsonFields) -> dict[int, int] | None:
+    """tierlog's ``cleanerOffsets``: absent or ``null`` is no vector; an empty list is refused
+    (the tag's array holds at least one epoch)."""
+    if fields.raw("cleanerOffsets", None) is None:
+        return None
+    vector = _epochs_from_json(fields, "cleanerOffsets")
+    if not vector:
+        raise MetadataRecordError(
+            "field cleanerOffsets is empty: a vector holds at least one epoch "
+            "(leave the field out for a segment the log cleaner did not write)"
+        )
+    return vector
 
 
 def _segment_span_from_json(fields: _JsonFields) -> tuple[int, int, int, int, int, int]:
@@ -332,6 +356,7 @@ def _segment_from_json(fields: _JsonFields) -> RemoteLogSegmentMetadata:
         fields.custom_metadata(),
         fields.get_state("remoteLogSegmentState", RemoteLogSegmentState),
         fields.get_bool("txnIndexEmpty", False),
+        _cleaner_offsets_from_json(fields),
     )
 
 
