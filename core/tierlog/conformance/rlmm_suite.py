@@ -22,6 +22,13 @@ read-your-writes, and durability across a restart. A hypothesis state machine th
 plugin with random sequences of the same operations and compares every query with a small
 reference model written from Kafka's ``RemoteLogMetadataCache``.
 
+One group of tests checks tierlog's extension of the metadata, not Kafka's: the cleaner-offset
+vector of a segment the log cleaner wrote (``RemoteLogSegmentMetadata.cleaner_offsets``,
+compacted topics in tiered storage, KIP-1272). It must come back exactly as added, through every
+read and state change and across a restart, and stay None for a segment added without one. The
+vectors used there form one lineage (no zombie leader), so routing by vector and Kafka's rule
+(the last finished copy of an offset is served) give the same answers.
+
 How the RLMM is driven
 ----------------------
 Like Kafka's RemoteLogManager drives it: the class is constructed with no arguments,
@@ -137,6 +144,11 @@ class RemoteLogMetadataManagerCapabilities:
     segments readable, FINISHED drops the partition so lookups raise
     ``RemoteResourceNotFoundException``."""
 
+    cleaner_offsets: Capability = True
+    """``RemoteLogSegmentMetadata.cleaner_offsets`` (tierlog's cleaner-offset vector of a
+    cleaned segment) is stored and returned as added. Unsupported for an RLMM that drops it; such
+    an RLMM cannot fence a zombie leader's cleaning, so it must not serve compacted topics."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -162,8 +174,10 @@ def segment(
     txn_idx_empty: bool = False,
     custom_metadata: CustomMetadata | None = None,
     broker_id: int = 0,
+    cleaner_offsets: Mapping[int, int] | None = None,
 ) -> RemoteLogSegmentMetadata:
-    """A new segment in ``COPY_SEGMENT_STARTED``, as the RLM's copy task first records it."""
+    """A new segment in ``COPY_SEGMENT_STARTED``, as the RLM's copy task first records it;
+    ``cleaner_offsets`` makes it a segment the log cleaner wrote."""
     return RemoteLogSegmentMetadata(
         RemoteLogSegmentId.generate_new(tip),
         start,
@@ -176,6 +190,7 @@ def segment(
         custom_metadata,
         STARTED,
         txn_idx_empty,
+        cleaner_offsets,
     )
 
 
@@ -202,11 +217,35 @@ def _describe(value: object) -> str:
             f"<segment {value.remote_log_segment_id.id} [{value.start_offset}..{value.end_offset}]"
             f" epochs={epochs} {value.state.name} size={value.segment_size_in_bytes}"
             f" txn_idx_empty={value.txn_idx_empty} broker={value.broker_id}"
-            f" custom={value.custom_metadata}>"
+            f" custom={value.custom_metadata}{_describe_vector(value.cleaner_offsets)}>"
         )
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_describe(v) for v in value) + "]"
     return repr(value)
+
+
+def _describe_vector(vector: Mapping[int, int] | None) -> str:
+    return "" if vector is None else f" cleaner_offsets={dict(vector)}"
+
+
+def _vectors(segments: Iterable[RemoteLogSegmentMetadata]) -> dict[Uuid, dict[int, int] | None]:
+    """Each segment's cleaner-offset vector by segment id, as plain dicts (None: no vector)."""
+    return {
+        m.remote_log_segment_id.id: None if m.cleaner_offsets is None else dict(m.cleaner_offsets)
+        for m in segments
+    }
+
+
+def _assert_vectors(
+    got: Iterable[RemoteLogSegmentMetadata],
+    expected: Iterable[RemoteLogSegmentMetadata],
+    what: str,
+) -> None:
+    want, have = _vectors(expected), _vectors(got)
+    assert have == want, (
+        f"{what}: cleaner_offsets by segment id are {have}; they must be as added: {want} "
+        "(None for a segment added without a vector)"
+    )
 
 
 class RemoteLogMetadataManagerHarness:
@@ -1592,6 +1631,101 @@ class RemoteLogMetadataManagerSuite(SuiteBase):
         harness.move(no, FINISHED)
         flags = {m.start_offset: m.txn_idx_empty for m in harness.listed(tip)}
         assert flags == {0: True, 10: False}, f"txn_idx_empty after finish: {flags}"
+
+    # Cleaner-offset vectors (tierlog: compacted topics in tiered storage) ----------------------
+    def test_cleaner_offsets_are_returned_as_added(
+        self,
+        harness: RemoteLogMetadataManagerHarness,
+        tip: TopicIdPartition,
+        rlmm_capabilities: RemoteLogMetadataManagerCapabilities,
+    ) -> None:
+        """Checks: a segment's ``cleaner_offsets`` (the cleaner-offset vector per leader epoch of
+        a segment the log cleaner wrote) is returned exactly as added by every read, in every
+        state until its deletion finishes, and is None for a segment added without one.
+        How: A=(0,99,{0:0}) copied (no vector), B=(100,199,{0:100,1:150}) cleaned with
+        {0:149,1:199}, C=(200,299,{1:200,2:260}) cleaned with {0:149,1:259,2:299}; listed after
+        add, served and listed after finish, listed after B's DELETE_SEGMENT_STARTED.
+        Fix: store the vector with the segment's add record (updates carry none:
+        ``create_with_updates`` keeps it) and build it into every metadata returned; a
+        serialized store must write it (tierlog's serde: tag 1272 of the add record)."""
+        require(rlmm_capabilities.cleaner_offsets, "cleaner_offsets")
+        rlmm = harness.rlmm
+        a = segment(tip, 0, 99, {0: 0})
+        b = segment(tip, 100, 199, {0: 100, 1: 150}, cleaner_offsets={0: 149, 1: 199})
+        c = segment(tip, 200, 299, {1: 200, 2: 260}, cleaner_offsets={2: 299, 0: 149, 1: 259})
+        for m in (a, b, c):
+            harness.add(m)
+        _assert_vectors(harness.listed(tip), [a, b, c], "list_remote_log_segments() after add")
+        _assert_vectors(harness.listed(tip, 1), [b, c], "list_remote_log_segments(1) after add")
+        a, b, c = (harness.move(m, FINISHED) for m in (a, b, c))
+        for epoch, offset, want in [(0, 50, a), (0, 120, b), (1, 170, b), (1, 230, c), (2, 280, c)]:
+            _assert_rlsm(rlmm, tip, epoch, offset, want)
+            got = rlmm.remote_log_segment_metadata(tip, epoch, offset)
+            assert got is not None
+            _assert_vectors([got], [want], f"remote_log_segment_metadata({epoch}, {offset})")
+        for epoch, members in {0: [a, b], 1: [b, c], 2: [c]}.items():
+            _assert_vectors(
+                harness.listed(tip, epoch), members, f"list_remote_log_segments({epoch})"
+            )
+        vector = next(iter(harness.listed(tip, 2))).cleaner_offsets
+        assert vector is not None and list(vector.items()) == [(0, 149), (1, 259), (2, 299)], (
+            f"cleaner_offsets of C is {vector!r}: it must be in ascending epoch order"
+        )
+        b = harness.move(b, DELETE_STARTED)
+        _assert_vectors(harness.listed(tip), [a, b, c], "list_remote_log_segments() after delete")
+
+    def test_cleaned_copy_of_the_same_offsets_is_served_with_its_vector(
+        self,
+        harness: RemoteLogMetadataManagerHarness,
+        tip: TopicIdPartition,
+        rlmm_capabilities: RemoteLogMetadataManagerCapabilities,
+    ) -> None:
+        """Checks: when the log cleaner's output of a segment (same offsets and epochs, a new id,
+        a vector) finishes after the copied segment, lookups serve the cleaned one with its
+        vector, and both stay listed (the copied one until the RLM deletes it).
+        How: A=(0,99,{0:0,1:50}) copied and finished; A'=(0,99,{0:0,1:50}) with {0:49,1:99}
+        finished; look up (0,10) and (1,70).
+        Fix: keep the vector of each segment separately; a lookup returns the served segment's
+        own metadata."""
+        require(rlmm_capabilities.cleaner_offsets, "cleaner_offsets")
+        rlmm = harness.rlmm
+        copied = harness.finish(segment(tip, 0, 99, {0: 0, 1: 50}))
+        cleaned = harness.finish(segment(tip, 0, 99, {0: 0, 1: 50}, cleaner_offsets={0: 49, 1: 99}))
+        for epoch, offset in [(0, 10), (1, 70)]:
+            _assert_rlsm(rlmm, tip, epoch, offset, cleaned)
+        _assert_same_set(harness.listed(tip), [copied, cleaned], "list_remote_log_segments()")
+        _assert_vectors(harness.listed(tip), [copied, cleaned], "list_remote_log_segments()")
+
+    def test_cleaner_offsets_survive_restart(
+        self,
+        harness: RemoteLogMetadataManagerHarness,
+        rlmm_capabilities: RemoteLogMetadataManagerCapabilities,
+    ) -> None:
+        """Checks: after a restart every segment has the vector it was added with (None for a
+        copied one), in lookups and listings, for a leader and a follower partition.
+        How: per partition a copied segment, a cleaned finished one and a cleaned one still in
+        COPY_SEGMENT_STARTED; restart; compare.
+        Fix: persist the vector with the add event and rebuild it on replay."""
+        require(rlmm_capabilities.durable_across_restart, "durable_across_restart")
+        require(rlmm_capabilities.cleaner_offsets, "cleaner_offsets")
+        leader, follower = new_partition("compacted-leader", 0), new_partition("compacted-f", 3)
+        harness.assign([leader], [follower])
+        added: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {}
+        for tp in (leader, follower):
+            copied = harness.finish(segment(tp, 0, 99, {0: 0}))
+            done = harness.finish(
+                segment(tp, 100, 199, {0: 100, 4: 120}, cleaner_offsets={0: 119, 4: 199})
+            )
+            pending = segment(tp, 200, 299, {4: 200}, cleaner_offsets={0: 119, 4: 299})
+            harness.add(pending)
+            added[tp] = [copied, done, pending]
+        harness.restart()
+        for tp, segments in added.items():
+            _assert_same_set(harness.listed(tp), segments, f"list_remote_log_segments({tp})")
+            _assert_vectors(harness.listed(tp), segments, f"list_remote_log_segments({tp})")
+            served = harness.rlmm.remote_log_segment_metadata(tp, 4, 150)
+            assert served is not None
+            _assert_vectors([served], [segments[1]], "remote_log_segment_metadata(4, 150)")
 
     # Partitions --------------------------------------------------------------------------------
     def test_partition_delete(
