@@ -338,13 +338,23 @@ RemoteLogMetadata = (
 
 
 class IndexType(enum.Enum):
-    """The auxiliary files copied with a segment; ``fetch_index`` takes one of these."""
+    """The auxiliary files copied with a segment; ``fetch_index`` takes one of these.
+
+    The first five are Kafka's ``RemoteStorageManager.IndexType``. ``COMPACTION_SUMMARY`` is a
+    tierlog extension that Kafka does not have: the log cleaner's small opaque summary of a
+    segment it wrote (a Bloom filter of the segment's keys and a few facts,
+    ``tierlog.compaction.summary``), kept with the segment by every RSM so that a later round can
+    decide from it whether the segment must be downloaded. Like ``TRANSACTION`` it is optional
+    per segment: a segment copied from the local log has none, and fetching it raises
+    ``RemoteResourceNotFoundException``.
+    """
 
     OFFSET = "offset"
     TIMESTAMP = "timestamp"
     PRODUCER_SNAPSHOT = "producer_snapshot"
     TRANSACTION = "transaction"
     LEADER_EPOCH = "leader_epoch"
+    COMPACTION_SUMMARY = "compaction_summary"
 
     def __str__(self) -> str:
         return self.name
@@ -357,6 +367,13 @@ class LogSegmentData:
     ``transaction_index`` is ``None`` when the segment has no aborted transactions;
     ``leader_epoch_index`` is the text of the leader-epoch checkpoint truncated to the segment,
     in memory, as Kafka's RLM sends it.
+
+    ``compaction_summary`` (a tierlog extension, ``IndexType.COMPACTION_SUMMARY``) is the log
+    cleaner's summary of a segment it rewrote, in memory like ``leader_epoch_index``: it is a
+    few kilobytes at most, and the cleaner builds it while writing the segment, so there is no
+    file to point at. ``None``, the default, for a segment copied from the local log, which is
+    the usual case; the RSM then stores no summary. Empty bytes are a summary (stored and read
+    back as empty), not its absence.
     """
 
     log_segment: Path
@@ -365,6 +382,7 @@ class LogSegmentData:
     transaction_index: Path | None
     producer_snapshot_index: Path
     leader_epoch_index: bytes = field(repr=False)
+    compaction_summary: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("log_segment", "offset_index", "time_index", "producer_snapshot_index"):
@@ -382,3 +400,11 @@ class LogSegmentData:
                 f"as Kafka's RLM sends it), got {type(self.leader_epoch_index).__name__}"
             )
         object.__setattr__(self, "leader_epoch_index", bytes(self.leader_epoch_index))
+        summary = self.compaction_summary
+        if summary is not None:
+            if not isinstance(summary, bytes | bytearray | memoryview):
+                raise InvalidArgumentError(
+                    "LogSegmentData.compaction_summary must be bytes (the cleaner's summary, in "
+                    f"memory) or None, got {type(summary).__name__}"
+                )
+            object.__setattr__(self, "compaction_summary", bytes(summary))

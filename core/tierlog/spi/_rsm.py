@@ -61,6 +61,12 @@ class RemoteStorageManager(abc.ABC):
         durable when this returns; the returned custom metadata (or ``None``) is stored with the
         segment's metadata by the RLM.
 
+        Two indexes are optional: ``transaction_index`` and tierlog's ``compaction_summary``
+        (bytes in memory; ``IndexType.COMPACTION_SUMMARY``). Store each one that is not
+        ``None`` (an empty summary is stored, and reads back empty) with the rest of the
+        segment, and on a retry that has none, remove the one an earlier attempt stored, so
+        that ``fetch_index`` never serves an index that does not describe the stored data.
+
         Raises ``RetriableRemoteStorageException`` for a transient failure and
         ``RemoteStorageException`` for any other.
         """
@@ -91,13 +97,19 @@ class RemoteStorageManager(abc.ABC):
         A missing index, notably the transaction index of a segment without aborted
         transactions, raises ``RemoteResourceNotFoundException`` (never returns an empty stream
         or ``None``); callers then rebuild the index from the segment.
+
+        ``IndexType.COMPACTION_SUMMARY`` returns exactly the bytes copied as
+        ``LogSegmentData.compaction_summary``. A segment copied without one (every segment
+        copied from the local log, and every segment stored before the RSM knew the index)
+        raises ``RemoteResourceNotFoundException``, as a missing transaction index does, and
+        never another error: the log cleaner then downloads the segment instead of skipping it.
         """
 
     @abc.abstractmethod
     def delete_log_segment_data(
         self, remote_log_segment_metadata: RemoteLogSegmentMetadata
     ) -> None:
-        """Delete the segment and its indexes.
+        """Delete the segment and its indexes, the compaction summary included.
 
         Idempotent: deleting what is already gone succeeds (no
         ``RemoteResourceNotFoundException``). Raises ``RetriableRemoteStorageException`` for a
