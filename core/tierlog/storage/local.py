@@ -23,6 +23,14 @@ Where tierlog is stricter than Kafka's test fixture, it is on purpose:
   shortened with a hash marker that no legal name can contain;
 - a ranged fetch streams from an open file and stops at the end position; nothing reads a whole
   segment into memory.
+
+One file is tierlog's own: ``.compaction_summary``, the log cleaner's summary of a segment it
+rewrote (``IndexType.COMPACTION_SUMMARY``), written beside the others, atomically like them,
+only for a segment copied with one. Kafka never writes it, so a directory Kafka wrote reads as
+segments without summaries; Kafka reads tierlog's segments through their metadata, which names
+only Kafka's suffixes (its test tooling that walks a whole directory,
+``RemoteTopicPartitionDirectory``, refuses file types it does not know, so point that at
+directories without cleaned segments).
 """
 
 from __future__ import annotations
@@ -78,6 +86,8 @@ TIME_INDEX_SUFFIX: Final = ".timeindex"
 TXN_INDEX_SUFFIX: Final = ".txnindex"
 LEADER_EPOCH_SUFFIX: Final = ".leader_epoch_checkpoint"
 PRODUCER_SNAPSHOT_SUFFIX: Final = ".snapshot"
+COMPACTION_SUMMARY_SUFFIX: Final = ".compaction_summary"
+"""tierlog's own: the log cleaner's summary of a segment (Kafka has no such file)."""
 
 _INDEX_SUFFIXES: Final[Mapping[IndexType, str]] = {
     IndexType.OFFSET: OFFSET_INDEX_SUFFIX,
@@ -85,6 +95,7 @@ _INDEX_SUFFIXES: Final[Mapping[IndexType, str]] = {
     IndexType.TRANSACTION: TXN_INDEX_SUFFIX,
     IndexType.LEADER_EPOCH: LEADER_EPOCH_SUFFIX,
     IndexType.PRODUCER_SNAPSHOT: PRODUCER_SNAPSHOT_SUFFIX,
+    IndexType.COMPACTION_SUMMARY: COMPACTION_SUMMARY_SUFFIX,
 }
 _ALL_SUFFIXES: Final = (
     LOG_SUFFIX,
@@ -93,6 +104,7 @@ _ALL_SUFFIXES: Final = (
     TXN_INDEX_SUFFIX,
     LEADER_EPOCH_SUFFIX,
     PRODUCER_SNAPSHOT_SUFFIX,
+    COMPACTION_SUMMARY_SUFFIX,
 )
 
 _LEGAL_TOPIC: Final = re.compile(r"[a-zA-Z0-9._-]+")
@@ -443,9 +455,10 @@ class LocalTieredStorage(RemoteStorageManager):
     ) -> CustomMetadata | None:
         """Copy the segment and its indexes, each file atomically; returns ``None`` like Kafka.
 
-        A retry overwrites every file, and removes the transaction index an earlier attempt
-        stored if this one has none. If any file fails, every file of the segment is removed
-        (Kafka's LocalTieredStorage does the same), so a segment is never half there.
+        A retry overwrites every file, and removes the transaction index or compaction summary
+        an earlier attempt stored if this one has none. If any file fails, every file of the
+        segment is removed (Kafka's LocalTieredStorage does the same), so a segment is never
+        half there.
         """
         metadata = remote_log_segment_metadata
         fileset = self._fileset(metadata)
@@ -458,6 +471,9 @@ class LocalTieredStorage(RemoteStorageManager):
             sources.append((TXN_INDEX_SUFFIX, log_segment_data.transaction_index))
         sources.append((LEADER_EPOCH_SUFFIX, bytes(log_segment_data.leader_epoch_index)))
         sources.append((PRODUCER_SNAPSHOT_SUFFIX, log_segment_data.producer_snapshot_index))
+        summary = log_segment_data.compaction_summary
+        if summary is not None:
+            sources.append((COMPACTION_SUMMARY_SUFFIX, bytes(summary)))
 
         _LOG.debug("copying %s to %s", metadata.remote_log_segment_id, fileset.directory)
         try:
@@ -469,6 +485,8 @@ class LocalTieredStorage(RemoteStorageManager):
                 self._write_atomically(fileset.path(suffix), source)
             if log_segment_data.transaction_index is None:
                 fileset.path(TXN_INDEX_SUFFIX).unlink(missing_ok=True)
+            if summary is None:
+                fileset.path(COMPACTION_SUMMARY_SUFFIX).unlink(missing_ok=True)
             fsync_directory(fileset.directory)
         except BaseException as exc:
             self._remove_quietly(fileset)
@@ -548,8 +566,8 @@ class LocalTieredStorage(RemoteStorageManager):
     def fetch_index(
         self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType
     ) -> BinaryIO:
-        """Stream one index; a missing one (a segment without transaction index, a deleted
-        segment) raises ``RemoteResourceNotFoundException``."""
+        """Stream one index; a missing one (a segment without transaction index or compaction
+        summary, a deleted segment) raises ``RemoteResourceNotFoundException``."""
         metadata = remote_log_segment_metadata
         suffix = _INDEX_SUFFIXES.get(index_type)
         if suffix is None:
