@@ -100,7 +100,7 @@ _DELETE = object()
     [
         (b"not json", "not JSON"),
         (b"[]", "JSON object"),
-        (_doc(version=2), "version 2"),
+        (_doc(version=3), "version 3"),
         (_doc(version=_DELETE), "version None"),
         (_doc(extra=1), "unknown fields"),
         (_doc(copy_id=""), "copy_id"),

@@ -8,8 +8,8 @@ Every segment is three objects under its partition's prefix::
 
 - ``.log``: the segment's bytes, as is or as transformed chunks (``manifest``);
 - ``.indexes``: every index of the segment concatenated (offset, time, transaction if any,
-  producer snapshot, leader-epoch checkpoint), one object instead of five, so a copy is three
-  PUTs and a delete three keys;
+  producer snapshot, leader-epoch checkpoint, and the log cleaner's compaction summary if any),
+  one object instead of five or six, so a copy is three PUTs and a delete three keys;
 - ``.rsm-manifest``: a small JSON document with the positions and sizes inside those objects,
   the chunking and the transforms, written **last**: its presence means the segment is
   complete, and a fetch never needs to list the bucket.

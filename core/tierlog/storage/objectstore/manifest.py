@@ -4,7 +4,7 @@ Written last by a copy (its presence means the segment is complete), read once p
 and cached. JSON, versioned, small (a few hundred bytes plus one number per chunk when chunks
 are compressed)::
 
-    {"version": 1,
+    {"version": 1,                             # 2 when a compaction summary is listed
      "copy_id": "9f2c4e0a1b3d5f70",           # random per copy: cache keys, never stale
      "segment": {"size": 1073741824,           # bytes of the original segment
                  "chunk_size": 4194304,        # original bytes per chunk (last may be shorter)
@@ -14,7 +14,8 @@ are compressed)::
                                                # fixed per-chunk overhead of the transforms
      "indexes": {"offset": [position, stored size, original size], "timestamp": [...],
                  "producer_snapshot": [...], "leader_epoch": [...],
-                 "transaction": [...]},        # absent when the segment has none
+                 "transaction": [...],         # absent when the segment has none
+                 "compaction_summary": [...]}, # absent unless the cleaner wrote one
      "compression": null | {"codec": "zstd", "level": 3},
      "encryption": null | {"algorithm": "AES-256-GCM", "key_id": "k2",
                            "wrapped_key": "<base64>", "key_wrap": "AES-KW",
@@ -25,6 +26,13 @@ Every index is stored (and transformed) as a unit inside the ``.indexes`` object
 ``position``. Parsing is strict: a missing or mistyped field, a negative size, sizes that do not
 add up, or an unknown version raise ``ManifestError`` (a ``RemoteStorageException``: a
 corrupt or foreign manifest is not worth retrying).
+
+Versions: 1 lists Kafka's five indexes. 2 adds one optional index of tierlog's, the log
+cleaner's ``compaction_summary`` (``IndexType.COMPACTION_SUMMARY``), stored last in the
+``.indexes`` object. A manifest is written as version 2 only when it lists a summary, so every
+segment copied from the local log stays readable by a tierlog that knows only version 1, and one
+that does not know the summary says "upgrade tierlog" instead of failing on an unknown index.
+This tierlog reads both; a version-1 manifest that lists a summary is refused.
 """
 
 from __future__ import annotations
@@ -48,7 +56,11 @@ __all__ = [
     "ManifestError",
 ]
 
-MANIFEST_VERSION: Final = 1
+MANIFEST_VERSION: Final = 2
+"""The newest version this tierlog reads and writes (see the module docstring)."""
+_SUMMARY_VERSION: Final = 2
+"""The first version that may list a compaction summary."""
+_READABLE_VERSIONS: Final = frozenset({1, 2})
 _MAX_MANIFEST_BYTES: Final = 64 << 20
 
 INDEX_NAMES: Final[Mapping[IndexType, str]] = {
@@ -57,6 +69,7 @@ INDEX_NAMES: Final[Mapping[IndexType, str]] = {
     IndexType.TRANSACTION: "transaction",
     IndexType.PRODUCER_SNAPSHOT: "producer_snapshot",
     IndexType.LEADER_EPOCH: "leader_epoch",
+    IndexType.COMPACTION_SUMMARY: "compaction_summary",
 }
 _INDEX_BY_NAME: Final = {name: t for t, name in INDEX_NAMES.items()}
 INDEX_ORDER: Final = (
@@ -65,8 +78,13 @@ INDEX_ORDER: Final = (
     IndexType.TRANSACTION,
     IndexType.PRODUCER_SNAPSHOT,
     IndexType.LEADER_EPOCH,
+    IndexType.COMPACTION_SUMMARY,
 )
-"""The order of the indexes inside the ``.indexes`` object."""
+"""The order of the indexes inside the ``.indexes`` object. New index types go at the end: an
+index's position here is its ordinal in the encryption nonce and associated data
+(``transforms``), so an existing one must never move."""
+OPTIONAL_INDEXES: Final = frozenset({IndexType.TRANSACTION, IndexType.COMPACTION_SUMMARY})
+"""Indexes a segment may lack; a manifest must list every other one."""
 
 
 class ManifestError(RemoteStorageException):
@@ -161,9 +179,14 @@ class Manifest:
         return self._offsets[index + 1] - self._offsets[index]
 
     # Serialisation ------------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """The version ``to_json`` writes: the oldest that can describe this manifest."""
+        return _SUMMARY_VERSION if IndexType.COMPACTION_SUMMARY in self.indexes else 1
+
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
-            "version": MANIFEST_VERSION,
+            "version": self.version,
             "copy_id": self.copy_id,
             "segment": {
                 "size": self.size,
@@ -202,10 +225,10 @@ class Manifest:
             raise ManifestError(f"manifest is not JSON: {exc}") from None
         obj = _obj(doc, "manifest")
         version = obj.get("version")
-        if version != MANIFEST_VERSION:
+        if not _is_int(version) or version not in _READABLE_VERSIONS:
             raise ManifestError(
-                f"manifest version {version!r} is not understood (this tierlog reads version "
-                f"{MANIFEST_VERSION}); upgrade tierlog"
+                f"manifest version {version!r} is not understood (this tierlog reads versions "
+                f"{', '.join(map(str, sorted(_READABLE_VERSIONS)))}); upgrade tierlog"
             )
         _only(
             obj,
@@ -240,10 +263,13 @@ class Manifest:
                     f"indexes.{name} must be [position, stored size, size], got {value!r}"
                 )
             indexes[index_type] = IndexEntry(value[0], value[1], value[2])
+        if IndexType.COMPACTION_SUMMARY in indexes and version < _SUMMARY_VERSION:
+            raise ManifestError(
+                f"a version-{version} manifest lists a compaction_summary index, which version "
+                f"{_SUMMARY_VERSION} introduced (the manifest was altered or mislabelled)"
+            )
         missing = [
-            INDEX_NAMES[t]
-            for t in INDEX_ORDER
-            if t is not IndexType.TRANSACTION and t not in indexes
+            INDEX_NAMES[t] for t in INDEX_ORDER if t not in OPTIONAL_INDEXES and t not in indexes
         ]
         if missing:
             raise ManifestError(f"manifest lacks the indexes {', '.join(missing)}")

@@ -31,8 +31,9 @@ The base class does the rest, identically on every cloud:
   returns, so a missing object or an unreachable store raises there. Nothing partial is ever
   read back: without a manifest there is no segment.
 - **fetch_index**: one ranged GET of the index's bytes inside the ``.indexes`` object; an
-  index the segment does not have (the transaction index, usually) raises
-  ``RemoteResourceNotFoundException`` without any request.
+  index the segment does not have (the transaction index, usually, and the compaction summary
+  of every segment not written by the log cleaner or copied before the summary existed) raises
+  ``RemoteResourceNotFoundException`` without any request but the (cached) manifest's.
 - **delete**: the three keys, manifest first, idempotently (the backend swallows "not found").
   ``delete_partition`` lists the partition's prefix and deletes what is left (objects of
   abandoned copies).
@@ -656,13 +657,16 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     ) -> dict[IndexType, IndexEntry]:
         """Every index in one object, in ``INDEX_ORDER``; streamed from the files when stored
         as is, each transformed whole otherwise (indexes are bounded by ``segment.index.bytes``
-        and the like, not by the segment's size)."""
+        and the like, not by the segment's size). The optional ones (transaction index,
+        compaction summary) are stored only when given: the manifest lists what is there, and a
+        retry's new manifest forgets what an earlier attempt had."""
         sources: dict[IndexType, Path | bytes | None] = {
             IndexType.OFFSET: data.offset_index,
             IndexType.TIMESTAMP: data.time_index,
             IndexType.TRANSACTION: data.transaction_index,
             IndexType.PRODUCER_SNAPSHOT: data.producer_snapshot_index,
             IndexType.LEADER_EPOCH: bytes(data.leader_epoch_index),
+            IndexType.COMPACTION_SUMMARY: data.compaction_summary,
         }
         entries: dict[IndexType, IndexEntry] = {}
         parts: list[tuple[BinaryIO | bytes, int]] = []
@@ -875,7 +879,11 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     def fetch_index(
         self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType
     ) -> BinaryIO:
-        """One index: a ranged GET inside the ``.indexes`` object (decoded if transformed)."""
+        """One index: a ranged GET inside the ``.indexes`` object (decoded if transformed).
+
+        An index the manifest does not list raises ``RemoteResourceNotFoundException``: the
+        transaction index of a segment without one, and the compaction summary of a segment
+        copied without one or before this tierlog knew it (a version-1 manifest)."""
         if not isinstance(index_type, IndexType):
             raise InvalidArgumentError(f"unknown index type {index_type!r}")
         backend = self._require_backend()
