@@ -3,7 +3,8 @@ through it with ``pytester``, and exactly the tests for the broken rule fail.
 
 A suite whose tests cannot fail proves nothing; each breakage here is one a real plugin could
 ship (an exclusive end, a 404 on delete, an empty stream for a missing index, no overwrite, a
-whole object in memory, a path built by string concatenation).
+whole object in memory, a path built by string concatenation, a compaction summary dropped on
+copy, kept from an earlier attempt, or left behind by a delete).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 pytest_plugins = ["pytester"]
 
 BROKEN_PLUGINS = """
+import dataclasses
 import io
 import os
 from pathlib import Path
@@ -70,6 +72,34 @@ class JoinsPathsNaively(LocalTieredStorage):
         return directory
 
 
+class DropsCompactionSummary(LocalTieredStorage):
+    # A plugin written before the extension: LogSegmentData.compaction_summary is ignored.
+    def copy_log_segment_data(self, metadata, data):
+        data = dataclasses.replace(data, compaction_summary=None)
+        return super().copy_log_segment_data(metadata, data)
+
+
+class KeepsStaleCompactionSummary(LocalTieredStorage):
+    # A retry without a summary leaves the earlier attempt's in place.
+    def copy_log_segment_data(self, metadata, data):
+        path = self.segment_paths(metadata)[".compaction_summary"]
+        old = path.read_bytes() if path.exists() else None
+        result = super().copy_log_segment_data(metadata, data)
+        if data.compaction_summary is None and old is not None:
+            path.write_bytes(old)
+        return result
+
+
+class DeleteLeavesCompactionSummary(LocalTieredStorage):
+    # The delete knows Kafka's files only.
+    def delete_log_segment_data(self, metadata):
+        path = self.segment_paths(metadata)[".compaction_summary"]
+        kept = path.read_bytes() if path.exists() else None
+        super().delete_log_segment_data(metadata)
+        if kept is not None:
+            path.write_bytes(kept)
+
+
 class _Suite(RemoteStorageManagerSuite):
     def store_root(self, rsm):
         return rsm.storage_directory
@@ -99,6 +129,18 @@ class TestJoinsPathsNaively(_Suite):
     plugin_class = JoinsPathsNaively
 
 
+class TestDropsCompactionSummary(_Suite):
+    plugin_class = DropsCompactionSummary
+
+
+class TestKeepsStaleCompactionSummary(_Suite):
+    plugin_class = KeepsStaleCompactionSummary
+
+
+class TestDeleteLeavesCompactionSummary(_Suite):
+    plugin_class = DeleteLeavesCompactionSummary
+
+
 class TestReadsWholeSegment(_Suite):
     plugin_class = ReadsWholeSegment
     large_segment_size = 16 * 2**20
@@ -113,6 +155,7 @@ class TestControlSmallLarge(_Suite):
 
 ASSERT_GONE_USERS = {
     "test_delete_then_fetch_raises_not_found",
+    "test_delete_removes_the_compaction_summary",
     "test_delete_twice_succeeds",
     "test_segments_of_one_partition_do_not_interfere",
     "test_partitions_and_topic_ids_do_not_interfere",
@@ -154,6 +197,22 @@ EXPECTED_FAILURES: Mapping[str, set[str]] = {
     "TestRefusesToOverwrite": {
         "test_copy_retry_overwrites",
         "test_retry_without_transaction_index_drops_the_old_one",
+        "test_retry_replaces_the_compaction_summary",
+        "test_retry_without_compaction_summary_drops_the_old_one",
+        "test_copy_and_delete_leave_nothing_behind",
+    },
+    "TestDropsCompactionSummary": {
+        "test_fetch_index_returns_copied_bytes[COMPACTION_SUMMARY]",
+        "test_compaction_summary_round_trips",
+        "test_empty_compaction_summary_round_trips_as_empty",
+        "test_retry_replaces_the_compaction_summary",
+        "test_instances_with_the_same_config_share_the_store",
+    },
+    "TestKeepsStaleCompactionSummary": {
+        "test_retry_without_compaction_summary_drops_the_old_one",
+    },
+    "TestDeleteLeavesCompactionSummary": {
+        "test_delete_removes_the_compaction_summary",
         "test_copy_and_delete_leave_nothing_behind",
     },
     "TestReadsWholeSegment": set(),  # only its large-segment test fails: see below

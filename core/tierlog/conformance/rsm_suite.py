@@ -129,7 +129,8 @@ class SegmentFiles:
     data: LogSegmentData
     segment: bytes
     indexes: Mapping[IndexType, bytes] = field(repr=False)
-    """The expected content of each index; ``TRANSACTION`` is absent when the segment has none."""
+    """The expected content of each index; ``TRANSACTION`` is absent when the segment has none,
+    ``COMPACTION_SUMMARY`` unless the segment was made with one."""
 
     def expected(self, index_type: IndexType) -> bytes:
         return self.indexes[index_type]
@@ -168,10 +169,13 @@ class SegmentFactory:
         start_offset: int = 0,
         entries: int = 16,
         with_transaction_index: bool = True,
+        compaction_summary: bytes | None = None,
     ) -> SegmentFiles:
         """A segment of ``size`` random bytes with an offset index (8-byte entries), a time
         index (12-byte entries), a transaction index (34-byte entries) unless disabled, a
-        producer snapshot and a leader-epoch checkpoint text naming ``start_offset``."""
+        producer snapshot and a leader-epoch checkpoint text naming ``start_offset``, and the
+        given ``compaction_summary`` (``None``, the default: a segment copied from the local
+        log, which has none; ``summary()`` makes one)."""
         d = self._next_dir()
         name = f"{start_offset:020d}"
         segment = self._bytes(size)
@@ -203,6 +207,8 @@ class SegmentFactory:
         }
         if with_transaction_index:
             indexes[IndexType.TRANSACTION] = txn_index
+        if compaction_summary is not None:
+            indexes[IndexType.COMPACTION_SUMMARY] = compaction_summary
         data = LogSegmentData(
             log_segment=d / f"{name}.log",
             offset_index=d / f"{name}.index",
@@ -210,8 +216,15 @@ class SegmentFactory:
             transaction_index=(d / f"{name}.txnindex") if with_transaction_index else None,
             producer_snapshot_index=d / f"{name}.snapshot",
             leader_epoch_index=leader_epoch,
+            compaction_summary=compaction_summary,
         )
         return SegmentFiles(data, segment, indexes)
+
+    def summary(self, size: int = 1250) -> bytes:
+        """A compaction summary as the log cleaner hands one over: a small opaque blob (a
+        header and Bloom filter bits in tierlog's own format; random bytes here, different
+        every time, which the RSM must store without interpreting)."""
+        return b"TLCS" + self._bytes(max(0, size - 4))
 
     def create_large(self, size: int, *, chunk: int = MiB) -> tuple[SegmentFiles, str]:
         """A segment of ``size`` bytes written ``chunk`` at a time (never whole in memory), and
@@ -503,8 +516,9 @@ class RemoteStorageManagerSuite(SuiteBase):
     def assert_stored(
         rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, files: SegmentFiles
     ) -> None:
-        """The segment and each of its indexes read back byte for byte; a missing
-        transaction index raises ``RemoteResourceNotFoundException``."""
+        """The segment and each of its indexes read back byte for byte; an index the segment
+        was copied without (transaction index, compaction summary) raises
+        ``RemoteResourceNotFoundException``."""
         segment_id = metadata.remote_log_segment_id
         got = read_stream(rsm.fetch_log_segment(metadata, 0))
         assert got == files.segment, (
@@ -576,11 +590,12 @@ class RemoteStorageManagerSuite(SuiteBase):
     ) -> None:
         """Each index type reads back exactly what was copied for it.
 
-        ``LEADER_EPOCH`` comes from ``LogSegmentData.leader_epoch_index`` (bytes in memory), the
+        ``LEADER_EPOCH`` comes from ``LogSegmentData.leader_epoch_index`` and
+        ``COMPACTION_SUMMARY`` from ``LogSegmentData.compaction_summary`` (bytes in memory), the
         others from files. To fix a mismatch: check the mapping from ``IndexType`` to what you
         store (a mix-up of offset and time index is the usual bug).
         """
-        files = segments.create()
+        files = segments.create(compaction_summary=segments.summary())
         metadata = self.copy(rsm, files, topic_partition)
         got = read_stream(rsm.fetch_index(metadata, index_type))
         assert got == files.expected(index_type), (
@@ -676,6 +691,124 @@ class RemoteStorageManagerSuite(SuiteBase):
             read_stream(rsm.fetch_index(metadata, IndexType.TRANSACTION))
         self.assert_stored(rsm, metadata, files)
 
+    # Compaction summary (a tierlog extension) ---------------------------------------------------
+    def test_compaction_summary_round_trips(
+        self,
+        rsm: RemoteStorageManager,
+        segments: SegmentFactory,
+        topic_partition: TopicIdPartition,
+    ) -> None:
+        """A segment copied with ``LogSegmentData.compaction_summary`` serves exactly those bytes
+        from ``fetch_index(COMPACTION_SUMMARY)``, and everything else as usual.
+
+        The log cleaner uploads a summary (a Bloom filter of the segment's keys) with every
+        segment it writes and reads it back to decide whether the segment must be downloaded.
+        To fix: store the bytes with the segment's other indexes (they are in memory, like
+        ``leader_epoch_index``) and serve them for ``IndexType.COMPACTION_SUMMARY``.
+        """
+        files = segments.create(compaction_summary=segments.summary())
+        metadata = self.copy(rsm, files, topic_partition)
+        got = read_stream(rsm.fetch_index(metadata, IndexType.COMPACTION_SUMMARY))
+        assert got == files.expected(IndexType.COMPACTION_SUMMARY), (
+            f"COMPACTION_SUMMARY: read {len(got)} bytes, copied "
+            f"{len(files.expected(IndexType.COMPACTION_SUMMARY))}"
+        )
+        self.assert_stored(rsm, metadata, files)
+
+    def test_missing_compaction_summary_raises_not_found(
+        self,
+        rsm: RemoteStorageManager,
+        segments: SegmentFactory,
+        topic_partition: TopicIdPartition,
+    ) -> None:
+        """A segment copied without a compaction summary (``None``, every segment copied from
+        the local log) raises RemoteResourceNotFoundException for it, never another error, and
+        everything else reads back.
+
+        The cleaner then downloads the segment instead of skipping it. To fix: store nothing for
+        a ``None`` summary and raise ``RemoteResourceNotFoundException`` from
+        ``fetch_index(COMPACTION_SUMMARY)``, as for a missing transaction index; not an empty
+        stream, ``None``, ``KeyError`` or ``ValueError`` for an index type you did not expect.
+        """
+        files = segments.create()
+        metadata = self.copy(rsm, files, topic_partition)
+        with pytest.raises(_NOT_FOUND):
+            read_stream(rsm.fetch_index(metadata, IndexType.COMPACTION_SUMMARY))
+        self.assert_stored(rsm, metadata, files)
+
+    def test_empty_compaction_summary_round_trips_as_empty(
+        self,
+        rsm: RemoteStorageManager,
+        segments: SegmentFactory,
+        topic_partition: TopicIdPartition,
+    ) -> None:
+        """An empty summary (``b""``) is a summary: it reads back as an empty stream, not as
+        RemoteResourceNotFoundException.
+
+        To fix: test the summary with ``is not None``, not for truth, when copying; store the
+        empty object, and serve an empty stream for it.
+        """
+        files = segments.create(compaction_summary=b"")
+        metadata = self.copy(rsm, files, topic_partition)
+        got = read_stream(rsm.fetch_index(metadata, IndexType.COMPACTION_SUMMARY))
+        assert got == b"", f"an empty compaction summary read back as {len(got)} bytes"
+        self.assert_stored(rsm, metadata, files)
+
+    def test_retry_replaces_the_compaction_summary(
+        self,
+        rsm: RemoteStorageManager,
+        segments: SegmentFactory,
+        topic_partition: TopicIdPartition,
+    ) -> None:
+        """A retry under the same segment id with another, shorter summary serves the new one.
+
+        A rerun of the cleaner uploads the same segment id again. To fix: overwrite the summary
+        (and truncate) like every other index.
+        """
+        first = segments.create(compaction_summary=segments.summary(4000))
+        metadata = self.copy(rsm, first, topic_partition)
+        second = segments.create(compaction_summary=segments.summary(300))
+        self.copy(rsm, second, topic_partition, segment_id=metadata.remote_log_segment_id.id)
+        self.assert_stored(rsm, metadata, second)
+
+    def test_retry_without_compaction_summary_drops_the_old_one(
+        self,
+        rsm: RemoteStorageManager,
+        segments: SegmentFactory,
+        topic_partition: TopicIdPartition,
+    ) -> None:
+        """A retry whose data has no summary leaves none behind: fetching it then raises
+        RemoteResourceNotFoundException.
+
+        Otherwise the earlier attempt's Bloom filter would describe other keys than the stored
+        segment's, and the cleaner could skip a segment it must rewrite. To fix: when
+        ``compaction_summary`` is ``None``, delete any summary stored under the segment id.
+        """
+        first = segments.create(compaction_summary=segments.summary())
+        metadata = self.copy(rsm, first, topic_partition)
+        second = segments.create()
+        self.copy(rsm, second, topic_partition, segment_id=metadata.remote_log_segment_id.id)
+        self.assert_stored(rsm, metadata, second)
+
+    def test_delete_removes_the_compaction_summary(
+        self,
+        rsm: RemoteStorageManager,
+        segments: SegmentFactory,
+        topic_partition: TopicIdPartition,
+    ) -> None:
+        """After a delete, the compaction summary raises RemoteResourceNotFoundException like
+        the segment and its other indexes.
+
+        To fix: delete the summary with the segment's other objects in
+        ``delete_log_segment_data``.
+        """
+        files = segments.create(compaction_summary=segments.summary())
+        metadata = self.copy(rsm, files, topic_partition)
+        rsm.delete_log_segment_data(metadata)
+        with pytest.raises(_NOT_FOUND):
+            read_stream(rsm.fetch_index(metadata, IndexType.COMPACTION_SUMMARY))
+        self.assert_gone(rsm, metadata)
+
     # Missing data -------------------------------------------------------------------------------
     def test_fetch_missing_segment_raises_not_found(
         self, rsm: RemoteStorageManager, topic_partition: TopicIdPartition
@@ -757,8 +890,8 @@ class RemoteStorageManagerSuite(SuiteBase):
         segments: SegmentFactory,
         topic_partition: TopicIdPartition,
     ) -> None:
-        """Copies (one retried, one without transaction index) then deletes leave the store,
-        listed independently by ``stored_objects()``, as it was.
+        """Copies (one retried, one without transaction index, one with a compaction summary)
+        then deletes leave the store, listed independently by ``stored_objects()``, as it was.
 
         Needs a way to list the store independently (``conformance_stored_objects()`` or
         ``conformance_store_root()`` on the plugin, or the suite hooks). To fix: delete
@@ -778,12 +911,19 @@ class RemoteStorageManagerSuite(SuiteBase):
         without_txn = self.copy(
             rsm, segments.create(with_transaction_index=False), topic_partition, start_offset=100
         )
+        with_summary = self.copy(
+            rsm,
+            segments.create(compaction_summary=segments.summary()),
+            topic_partition,
+            start_offset=200,
+        )
         during = self.stored_objects(rsm)
         assert during is not None and len(during) > len(before), (
-            "stored_objects() lists nothing new after two copies; it must list the store"
+            "stored_objects() lists nothing new after three copies; it must list the store"
         )
         rsm.delete_log_segment_data(with_txn)
         rsm.delete_log_segment_data(without_txn)
+        rsm.delete_log_segment_data(with_summary)
         after = self.stored_objects(rsm)
         assert after == before, f"left behind after delete: {sorted((after or set()) - before)}"
 
@@ -1162,7 +1302,8 @@ class RemoteStorageManagerSuite(SuiteBase):
         held in memory only), and do not remove the data on ``close``.
         """
         require(rsm_capabilities.shared_between_instances, "shared_between_instances")
-        one, two = segments.create(), segments.create(start_offset=100)
+        one = segments.create()
+        two = segments.create(start_offset=100, compaction_summary=segments.summary())
         leader = rsm_class()
         leader.configure(dict(rsm_config))
         try:

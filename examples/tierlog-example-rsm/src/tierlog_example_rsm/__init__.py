@@ -129,7 +129,7 @@ class MemoryRemoteStorage(RemoteStorageManager):
     ) -> CustomMetadata | None:
         # Read everything first, then publish the entry in one assignment: a failure while
         # reading stores nothing, and a retry replaces the whole entry (including dropping a
-        # transaction index the earlier attempt had).
+        # transaction index or compaction summary the earlier attempt had).
         snapshot = log_segment_data.producer_snapshot_index
         parts = {
             SEGMENT: log_segment_data.log_segment.read_bytes(),
@@ -140,6 +140,8 @@ class MemoryRemoteStorage(RemoteStorageManager):
         }
         if log_segment_data.transaction_index is not None:
             parts[IndexType.TRANSACTION.value] = log_segment_data.transaction_index.read_bytes()
+        if log_segment_data.compaction_summary is not None:  # b"" is a summary too
+            parts[IndexType.COMPACTION_SUMMARY.value] = log_segment_data.compaction_summary
         segment_id = remote_log_segment_metadata.remote_log_segment_id
         with _LOCK:
             self._store()[segment_id] = parts
@@ -176,7 +178,8 @@ class MemoryRemoteStorage(RemoteStorageManager):
     def fetch_index(
         self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType
     ) -> BinaryIO:
-        # A missing transaction index raises, and the RLM then knows there is none.
+        # A missing transaction index or compaction summary raises, and the RLM (or the log
+        # cleaner) then knows there is none.
         return io.BytesIO(self._part(remote_log_segment_metadata, index_type.value))
 
     def delete_log_segment_data(
