@@ -7,7 +7,10 @@ one line ``partition: %d, offset: %d, value: %s`` per record, in the order the c
 to fetch the partitions, and the consumer stops at the first record it cannot decode. This
 command prints the same lines (``tierlog.metadata.formatter``), grouped per metadata partition in
 partition order and offset order, so that two dumps (or a dump and Kafka's output, sorted) can be
-compared line for line; and as a diagnostic tool it does not stop at a bad record.
+compared line for line; and as a diagnostic tool it does not stop at a bad record. One line
+differs from Kafka's on purpose: a segment the log cleaner wrote (compacted topics in tiered
+storage) ends with its ``, cleanerOffsets={0=100, 1=155}``, a tagged field Kafka skips
+(``tierlog.metadata.formatter``); strip that suffix to compare with Kafka's output.
 
 - It reads each chosen partition from its beginning to the end offset captured when the command
   started, one partition at a time (memory stays bounded whatever the topic's size), then exits;
