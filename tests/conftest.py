@@ -15,3 +15,10 @@ if _SCRIPTS not in sys.path:
     sys.path.insert(0, _SCRIPTS)
 
 from services.kafka_fixtures import kafka_broker, kafka_cluster, kafka_factory  # noqa: E402, F401
+from services.spark_fixtures import (  # noqa: E402, F401
+    spark_local,
+    spark_sessions,
+    spark_standalone,
+    spark_standalone_cluster,
+    spark_standalone_url,
+)

@@ -6,6 +6,7 @@ Usage (from a checkout of the repository, with the venv of ``scripts/test``)::
     python scripts/services/run.py fake-gcs --port 4443 --bucket tierlog-test
     python scripts/services/run.py azurite --port 10000 --bucket kafka
     python scripts/services/run.py kafka --port 9092 [--tiered-storage]
+    python scripts/services/run.py spark --port 7077 [--workers 2 --worker-cores 1]
 
 It starts the server as the tests do (the launchers next to this file: free ports for what is
 not given, loopback only), creates the buckets (containers on Azurite), prints one line
@@ -26,6 +27,12 @@ whole process group. Data go to ``--dir``, else to a temporary directory removed
   are then cached under ``~/.cache/tierlog``). ``--tiered-storage`` turns on Kafka's own tiered
   storage (``LocalTieredStorage`` under ``<dir>/tiered-storage``, Kafka's topic-based RLMM on 5
   partitions of ``__remote_log_metadata``). ``--bucket`` does not apply.
+- Apache Spark (``spark.py``, from the pyspark package of ``tierlog[spark]``) runs a standalone
+  master on ``spark://127.0.0.1:PORT`` and ``--workers`` workers offering ``--worker-cores``
+  cores and ``--worker-memory`` each to executors; point tierlog at it with
+  ``remote.log.compaction.spark.master=spark://127.0.0.1:PORT`` (or ``tierlog compact
+  --engine spark --spark-master ...``). It needs Java 17; each daemon logs to ``--dir``.
+  ``--bucket`` does not apply.
 """
 
 from __future__ import annotations
@@ -43,13 +50,30 @@ if __package__ in (None, ""):  # run as a file: make ``services`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services._common import Service, free_ports
+from services.spark import SparkCluster
 
-SERVICES = ("seaweedfs", "fake-gcs", "azurite", "kafka")
+SERVICES = ("seaweedfs", "fake-gcs", "azurite", "kafka", "spark")
 
 
-def _start(args: argparse.Namespace, directory: Path) -> tuple[Service, str]:
+def _start(args: argparse.Namespace, directory: Path) -> tuple[Service | SparkCluster, str]:
     """Start the chosen server and create its buckets; return it and its ready line."""
     buckets = args.bucket or []
+    if args.service == "spark":
+        from services.spark import start_spark_cluster
+
+        if buckets:
+            raise SystemExit("--bucket does not apply to spark")
+        cluster = start_spark_cluster(
+            directory,
+            workers=args.workers,
+            worker_cores=args.worker_cores,
+            worker_memory=args.worker_memory,
+            port=args.port,
+        )
+        return cluster, (
+            f"ready: Spark standalone master at {cluster.url} with {args.workers} worker(s) of "
+            f"{args.worker_cores} cores and {args.worker_memory} each, logs under {directory}"
+        )
     if args.service == "seaweedfs":
         from services.seaweedfs import _PORT_FLAGS, create_bucket, start_seaweedfs
 
@@ -100,8 +124,8 @@ def _start(args: argparse.Namespace, directory: Path) -> tuple[Service, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python scripts/services/run.py",
-        description="Run a test server (S3, GCS or Azure Blob emulator, Apache Kafka) until "
-        "Ctrl-C.",
+        description="Run a test server (S3, GCS or Azure Blob emulator, Apache Kafka, a Spark "
+        "standalone cluster) until Ctrl-C.",
     )
     parser.add_argument("service", choices=SERVICES)
     parser.add_argument("--port", type=int, help="the port of its API (default: a free one)")
@@ -123,6 +147,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="kafka only: run Kafka's own tiered storage (LocalTieredStorage under --dir)",
     )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="spark only: how many workers (default 1)"
+    )
+    parser.add_argument(
+        "--worker-cores",
+        type=int,
+        default=2,
+        help="spark only: cores each worker offers to executors (default 2)",
+    )
+    parser.add_argument(
+        "--worker-memory",
+        default="2g",
+        help="spark only: memory each worker offers to executors (default 2g)",
+    )
     args = parser.parse_args(argv)
 
     stop = threading.Event()
@@ -137,14 +175,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         service, ready = _start(args, directory)
         try:
             print(ready, flush=True)
+            members = service.services if isinstance(service, SparkCluster) else [service]
             while not stop.wait(0.5):
-                if service.process.poll() is not None:
-                    print(
-                        f"{service.name} exited with code {service.process.returncode}:\n"
-                        f"{service.log_tail()}",
-                        file=sys.stderr,
-                    )
-                    return 1
+                for member in members:
+                    if member.process.poll() is not None:
+                        print(
+                            f"{member.name} exited with code {member.process.returncode}:\n"
+                            f"{member.log_tail()}",
+                            file=sys.stderr,
+                        )
+                        return 1
         finally:
             service.stop()
     return 0

@@ -107,6 +107,9 @@ def _env(home: Path, extra: Mapping[str, str]) -> dict[str, str]:
         "SPARK_CONF_DIR": str(home / "conf"),
         # The daemons must not bind to or advertise anything but loopback.
         "SPARK_PUBLIC_DNS": "127.0.0.1",
+        # The master's REST submission server would take the fixed port 6066 (the next free one
+        # when taken): nothing here submits through it.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         **extra,
     }
 
