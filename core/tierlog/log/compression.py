@@ -179,7 +179,14 @@ def compress(codec: CompressionType, data: BytesLike, *, level: int | None = Non
         )
     if codec == CompressionType.ZSTD:
         zstd = _module(codec, "compress")
-        return bytes(zstd.ZstdCompressor(level=3 if level is None else level).compress(data))
+        # Streamed, as zstd-jni's ZstdOutputStream writes Kafka's batches: a frame without a
+        # content size and with a window descriptor (header 00 58 at level 3), so a rebuilt
+        # batch is byte for byte the one Kafka's cleaner writes. ``compress()`` would write a
+        # single-segment frame with the size instead (decodable by both, but other bytes).
+        compressor = zstd.ZstdCompressor(
+            level=3 if level is None else level, write_content_size=False
+        ).compressobj()
+        return bytes(compressor.compress(data) + compressor.flush())
     raise UnsupportedCodecError(f"unknown compression codec {codec!r}", codec=str(codec))
 
 
