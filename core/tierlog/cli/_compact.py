@@ -21,7 +21,7 @@ from typing import Any
 from tierlog.compaction.engine import CleanEngine, Progress
 from tierlog.compaction.offline import clean_partition_dir
 from tierlog.progress import Progress as ProgressBar
-from tierlog.properties import ConfigError
+from tierlog.spi import ConfigError
 
 __all__ = ["add_parser", "run"]
 

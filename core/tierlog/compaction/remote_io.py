@@ -15,6 +15,7 @@ between upload and publication leaves nothing unreferenced behind.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -30,6 +31,7 @@ from tierlog.spi import (
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException,
     RemoteStorageManager,
+    RetriableRemoteStorageException,
     Uuid,
 )
 
@@ -40,6 +42,7 @@ __all__ = [
     "fetch_index_bytes",
 ]
 
+_LOG = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("5d0a7f55-2a3b-4c1e-9f57-7c7e3d2a1272")
 _COPY_CHUNK = 1 << 20
 
@@ -115,11 +118,27 @@ def download_segment(
 def fetch_index_bytes(
     rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, index_type: IndexType
 ) -> bytes | None:
-    """An index of a remote segment, or None when the segment has none."""
+    """An index of a remote segment, or None when the segment has none.
+
+    A plugin written before ``COMPACTION_SUMMARY`` existed may fail on that type with any
+    error but a retriable one: the summary is then taken as missing (the segment is downloaded
+    instead), with a warning, rather than failing the round."""
     try:
         with rsm.fetch_index(metadata, index_type) as stream:
             return stream.read()
     except RemoteResourceNotFoundException:
+        return None
+    except RetriableRemoteStorageException:
+        raise
+    except Exception as e:
+        if index_type is not IndexType.COMPACTION_SUMMARY:
+            raise
+        _LOG.warning(
+            "%s cannot fetch compaction summaries (%s: %s): segments are downloaded to be cleaned",
+            type(rsm).__name__,
+            type(e).__name__,
+            e,
+        )
         return None
 
 
