@@ -40,6 +40,10 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from tierlog._durable import atomic_write
+from tierlog.compaction.cleaner import CleanResult
+from tierlog.compaction.manager import CleanerTarget, LogCleanerManager
+from tierlog.compaction.remote_io import StorageSpec, register_open
+from tierlog.compaction.tiered import TieredCleaner
 from tierlog.log.batch import (
     RECORD_BATCH_OVERHEAD,
     ControlRecordType,
@@ -271,6 +275,7 @@ class Node:
         self.rlmm: RemoteLogMetadataManager | None = None
         self.rlm: RemoteLogManager | None = None
         self._retention_pool: ScheduledPool | None = None
+        self.cleaner: LogCleanerManager | None = None
         self._dir_locks: list[DirLock] = []
 
     # Lifecycle -----------------------------------------------------------------------------------
@@ -314,6 +319,8 @@ class Node:
             initial_delay_s=self.config.log_retention_check_interval_ms / 1000,
             name="local retention",
         )
+        self.cleaner = self._new_cleaner()
+        self.cleaner.start()
         self._started = True
         _LOG.info(
             "Node %d started: %d topics, %d partitions, remote storage %s",
@@ -323,20 +330,30 @@ class Node:
             "enabled" if self.rlm is not None else "disabled",
         )
 
-    def _start_remote(self) -> None:
-        rlm_config = self.config.rlm
-        common = {
+    def _common_plugin_props(self) -> dict[str, str]:
+        return {
             "log.dir": str(self.config.log_dirs[0]),
             "broker.id": str(self.config.node_id),
             "node.id": str(self.config.node_id),
         }
+
+    def _rsm_props(self) -> dict[str, str]:
+        """The configuration the node gives its RSM (also how a compaction task builds one)."""
+        rlm_config = self.config.rlm
+        props = {**self._common_plugin_props(), **rlm_config.rsm_props()}
+        if rlm_config.rsm_plugin == "local" and "dir" not in props:
+            props["dir"] = str(self.config.log_dirs[0] / REMOTE_STORAGE_DIR)
+        return props
+
+    def _start_remote(self) -> None:
+        rlm_config = self.config.rlm
+        common = self._common_plugin_props()
         if self._given_rsm is not None:
             self.rsm = self._given_rsm
         else:
-            props = {**common, **rlm_config.rsm_props()}
-            if rlm_config.rsm_plugin == "local" and "dir" not in props:
-                props["dir"] = str(self.config.log_dirs[0] / REMOTE_STORAGE_DIR)
-            self.rsm = get_registry().create_storage_manager(rlm_config.rsm_plugin, props)
+            self.rsm = get_registry().create_storage_manager(
+                rlm_config.rsm_plugin, self._rsm_props()
+            )
         if self._given_rlmm is not None:
             self.rlmm = self._given_rlmm
         else:
@@ -355,6 +372,10 @@ class Node:
     def close(self) -> None:
         """Stop the tasks, close the logs (clean shutdown) and the plugins, then release the log
         directories' locks. Idempotent."""
+        cleaner = self.cleaner
+        if cleaner is not None:
+            # Outside the node's lock: a cleaner thread takes it to list the partitions.
+            cleaner.stop()
         with self._lock:
             if self._closed:
                 return
@@ -630,6 +651,40 @@ class Node:
             part.log.maybe_increment_high_watermark(part.log.log_end_offset)
         if self.rlm is not None:
             self.rlm.on_leadership_change([p.log for p in parts if p.log.remote_log_enabled], [])
+
+    def _new_cleaner(self) -> LogCleanerManager:
+        """The log cleaner of the node's compacted topics; those that are tiered are cleaned
+        through remote storage with the node's own RSM and RLMM."""
+        config = self.config.cleaner
+        tiered = None
+        if self.rsm is not None and self.rlmm is not None:
+            rlm_config = self.config.rlm
+            spec = StorageSpec.of(rlm_config.rsm_plugin, self._rsm_props())
+            register_open(spec, self.rsm)
+            tiered = TieredCleaner(
+                self.rlmm,
+                self.rsm,
+                spec,
+                broker_id=self.config.node_id,
+                scratch=config.remote_log_compaction_scratch_dir,
+                false_positive_rate=config.remote_log_compaction_bloom_filter_fpp,
+            )
+        return LogCleanerManager(config, self._cleaner_targets, tiered, clock=self.clock_ms)
+
+    def _cleaner_targets(self) -> list[CleanerTarget]:
+        with self._lock:
+            parts = [p for p in self._partitions.values() if p.leader_epoch >= 0]
+        return [
+            CleanerTarget(p.tp, p.log, p.leader_epoch, CleanerOffsetCheckpoints(p.log.dir.parent))
+            for p in parts
+            if p.log.config.compact
+        ]
+
+    def compact_now(self, topic: str, partition: int, *, force: bool = True) -> CleanResult:
+        """One cleaning round of a compacted partition now (``tierlog compact`` on a node)."""
+        self._check_started()
+        assert self.cleaner is not None
+        return self.cleaner.clean_partition(topic, partition, force=force)
 
     def _check_started(self) -> None:
         if self._closed:
