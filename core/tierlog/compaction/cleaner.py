@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tierlog.compaction.engine import CleanEngine, GroupTask, PythonEngine, SegmentTask
+from tierlog.compaction.faults import fault_point
 from tierlog.compaction.plan import (
     LogToClean,
     SegmentInfo,
@@ -210,6 +211,7 @@ def clean_local_log(
     for written in engine.rewrite(groups, ctx=ctx, config=config, progress=progress):
         result.stats.add(written.stats)
         cleaned = LogSegment.open(log.dir, written.base_offset, config, suffix=CLEANED_SUFFIX)
+        fault_point("swap.cleaned")
         group = next(g for g in groups if g.base_offset == written.base_offset)
         log.replace_segments([cleaned], [by_base[t.base_offset] for t in group.sources])
         result.segments_written += 1

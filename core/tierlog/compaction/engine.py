@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tierlog.compaction.faults import fault_point
 from tierlog.compaction.remote_io import (
     StorageSpec,
     cleaned_segment_id,
@@ -270,6 +271,7 @@ def _upload(
         compaction_summary=built.encode(),
     )
     custom = rsm.copy_log_segment_data(metadata, data)
+    fault_point("upload.copied")
     return metadata, custom
 
 

@@ -46,6 +46,7 @@ from tierlog.compaction.engine import (
     SegmentTask,
     UploadSpec,
 )
+from tierlog.compaction.faults import fault_point
 from tierlog.compaction.plan import LogToClean, SegmentInfo, cleanable_offsets, log_to_clean
 from tierlog.compaction.remote_io import StorageSpec, fetch_index_bytes
 from tierlog.compaction.rewrite import RetentionContext
@@ -419,6 +420,7 @@ class TieredCleaner:
             return
         if existing is None:
             self.rlmm.add_remote_log_segment_metadata(metadata).result()
+            fault_point("publish.started")
         self.rlmm.update_remote_log_segment_metadata(
             RemoteLogSegmentMetadataUpdate(
                 metadata.remote_log_segment_id,
@@ -428,6 +430,7 @@ class TieredCleaner:
                 self.broker_id,
             )
         ).result()
+        fault_point("publish.finished")
 
     def _state_of(self, metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentState | None:
         epoch = next(iter(metadata.segment_leader_epochs))
