@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tierlog.compaction.tiered import TieredCleanResult
+from tierlog.log.cleaner_checkpoint import CleanerOffsetCheckpoints
 from tierlog.log.record import Record
 from tierlog.node.node import Node
+from tierlog.spi import TopicPartition
 
 from .test_node import node_props
 
@@ -97,12 +100,13 @@ def test_the_cleaner_threads_compact_a_local_topic(compacted_node: Node) -> None
     log = node.log("table", 0)
     log.roll()  # the last records leave the active segment, so every key is cleanable
     assert node.cleaner is not None
-    _wait(lambda: log.cleaner_offset == log.active_segment.base_offset)
+    # The node writes Kafka's checkpoint file for the partition once the round is done.
+    checkpoints = CleanerOffsetCheckpoints(log.dir.parent)
+    end = log.active_segment.base_offset
+    _wait(lambda: checkpoints.get(TopicPartition("table", 0)) == end)
+    assert log.cleaner_offset == end
     records, _ = _read_all(node, "table")
     assert _latest_survivors(records) == latest
-    # The node wrote Kafka's checkpoint file for the partition.
-    checkpoint = (log.dir.parent / "cleaner-offset-checkpoint").read_text().split("\n")
-    assert f"table 0 {log.cleaner_offset}" in checkpoint
 
 
 def test_a_keyless_record_is_refused_by_a_compacted_topic(compacted_node: Node) -> None:
@@ -114,7 +118,10 @@ def test_a_keyless_record_is_refused_by_a_compacted_topic(compacted_node: Node) 
 
 
 def test_a_tiered_compacted_topic_is_compacted_through_remote_storage(tmp_path: Path) -> None:
-    with Node(_props(tmp_path, log_cleaner_enable="false")) as node:
+    props = _props(
+        tmp_path, log_cleaner_enable="false", remote_log_compaction_superseded_delete_delay_ms=0
+    )
+    with Node(props) as node:
         node.create_topic(
             "table",
             partitions=1,
@@ -133,6 +140,7 @@ def test_a_tiered_compacted_topic_is_compacted_through_remote_storage(tmp_path: 
         assert log.highest_offset_in_remote_storage == log.active_segment.base_offset - 1
         result = node.compact_now("table", 0)
         assert result.cleaned
+        assert isinstance(result, TieredCleanResult)
         assert result.end_offset == log.active_segment.base_offset
         # Local copies are below the cleaner offset and past local retention: they go, and
         # every read is served by the cleaned remote segments.
@@ -141,6 +149,19 @@ def test_a_tiered_compacted_topic_is_compacted_through_remote_storage(tmp_path: 
         records, sources = _read_all(node, "table")
         assert sources == {True}
         assert _latest_survivors(records) == latest
+        # The expiration task deletes the segments the cleaned ones replaced (delay 0 here),
+        # never those readers are routed to.
+        assert node.rlmm is not None
+        tip = node.rlm.topic_id_partition(log.topic_partition) if node.rlm else None
+        assert tip is not None
+        before = list(node.rlmm.list_remote_log_segments(tip))
+        assert len(before) == 2 * len(result.published)
+        node.tier_now("table")
+        after = list(node.rlmm.list_remote_log_segments(tip))
+        assert {s.remote_log_segment_id for s in after} == {
+            s.remote_log_segment_id for s in result.published
+        }
+        assert _latest_survivors(_read_all(node, "table")[0]) == latest
         # An offset compaction removed: the read starts at the next record still there.
         gone = next(o for o in range(result.end_offset) if o not in {r.offset for r in records})
         first = node.fetch("table", 0, gone)

@@ -368,6 +368,9 @@ class Node:
             metrics=self.metrics,
             clock_ms=self.clock_ms,
         )
+        self.rlm.superseded_delete_delay_ms = (
+            self.config.cleaner.remote_log_compaction_superseded_delete_delay_ms
+        )
 
     def close(self) -> None:
         """Stop the tasks, close the logs (clean shutdown) and the plugins, then release the log

@@ -41,6 +41,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from tierlog.compaction.faults import fault_point
+from tierlog.compaction.tiered import remote_chain, superseded_segments
 from tierlog.log.checkpoint import parse_leader_epoch_checkpoint
 from tierlog.log.local_log import LocalLog
 from tierlog.log.segment import FetchDataInfo, TimestampAndOffset
@@ -444,6 +446,9 @@ class RLMExpirationTask(_RLMTask):
         superseded = self._superseded_copies(pending)
         reasons.update((s.remote_log_segment_id, "superseded copy") for s in superseded)
         pending += superseded
+        replaced = self._replaced_by_cleaning(pending)
+        reasons.update((s.remote_log_segment_id, "replaced by a cleaned segment") for s in replaced)
+        pending += replaced
         dangling = self._dangling_deletes(pending)
         reasons.update((s.remote_log_segment_id, REASON_DANGLING_DELETE) for s in dangling)
         pending += dangling
@@ -497,6 +502,35 @@ class RLMExpirationTask(_RLMTask):
             and s.end_offset <= highest
             and s.remote_log_segment_id not in being_copied
             and s.remote_log_segment_id not in planned
+        ]
+
+    def _replaced_by_cleaning(
+        self, already: list[RemoteLogSegmentMetadata]
+    ) -> list[RemoteLogSegmentMetadata]:
+        """Segments of a compacted topic that a cleaned segment replaced (same offsets, routed
+        instead of them: ``compaction.tiered.superseded_segments``), once the replacement has
+        been the one readers get for ``superseded_delete_delay_ms``.
+
+        The cleaner never deletes: it only uploads and publishes. Deleting here, from the
+        leader's view of the lineage, keeps a zombie leader's rewrite from deleting what the
+        current leader still routes to (the replacement must be valid in this node's RLMM, and
+        a newer leader's vector invalidates a zombie's segments, which puts the replaced
+        segment back in the chain), and the delay lets a read that looked the old segment up
+        just before the swap finish.
+        """
+        log = self.log
+        if not log.config.compact or log.highest_offset_in_remote_storage < 0:
+            return []
+        chain = remote_chain(self.rlm.rlmm, self.tp, log)
+        replacement = {(s.start_offset, s.end_offset): s for s in chain if s.cleaner_offsets}
+        planned = {s.remote_log_segment_id for s in already}
+        now = self.rlm.clock_ms()
+        delay = self.rlm.superseded_delete_delay_ms
+        return [
+            s
+            for s in superseded_segments(self.rlm.rlmm, self.tp, chain)
+            if s.remote_log_segment_id not in planned
+            and replacement[(s.start_offset, s.end_offset)].event_timestamp_ms + delay <= now
         ]
 
     def _dangling_deletes(
@@ -579,6 +613,9 @@ class RemoteLogManager:
         self.rlmm = rlmm
         self.broker_id = broker_id
         self.clock_ms = clock_ms
+        self.superseded_delete_delay_ms = 60_000
+        """How long a remote segment a cleaned one replaced is kept before the expiration task
+        deletes it (the node sets ``remote.log.compaction.superseded.delete.delay.ms``)."""
         self.metrics = metrics if metrics is not None else RemoteStorageMetrics()
         self._own_plugins = own_plugins
         self._schedule_tasks = schedule_tasks
@@ -812,7 +849,9 @@ class RemoteLogManager:
                 self.rlmm.update_remote_log_segment_metadata(
                     self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_STARTED)
                 ).result()
+            fault_point("delete.started")
             self.rsm.delete_log_segment_data(segment)
+            fault_point("delete.data")
             self.index_cache.remove(segment.remote_log_segment_id.id)
             self.rlmm.update_remote_log_segment_metadata(
                 self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)
