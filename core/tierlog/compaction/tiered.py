@@ -134,17 +134,19 @@ def round_vector(
 def superseded_segments(
     rlmm: RemoteLogMetadataManager, tip: TopicIdPartition, chain: Sequence[RemoteLogSegmentMetadata]
 ) -> list[RemoteLogSegmentMetadata]:
-    """Finished segments no reader is routed to any more because a valid cleaned segment with
-    the same offsets replaced them: what the expiration task may delete."""
+    """Finished segments no reader is routed to that a routed segment with the same offsets
+    makes garbage: one a cleaned segment replaced, or a cleaned segment that lost (an older
+    generation, or a zombie leader's fenced output). What the expiration task may delete."""
     routed = {s.remote_log_segment_id for s in chain}
-    by_range = {(s.start_offset, s.end_offset): s for s in chain if s.cleaner_offsets}
+    by_range = {(s.start_offset, s.end_offset): s for s in chain}
     out = []
     for segment in rlmm.list_remote_log_segments(tip):
         if segment.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
             continue
         if segment.remote_log_segment_id in routed:
             continue
-        if (segment.start_offset, segment.end_offset) in by_range:
+        winner = by_range.get((segment.start_offset, segment.end_offset))
+        if winner is not None and (winner.cleaner_offsets or segment.cleaner_offsets):
             out.append(segment)
     return out
 

@@ -507,9 +507,10 @@ class RLMExpirationTask(_RLMTask):
     def _replaced_by_cleaning(
         self, already: list[RemoteLogSegmentMetadata]
     ) -> list[RemoteLogSegmentMetadata]:
-        """Segments of a compacted topic that a cleaned segment replaced (same offsets, routed
-        instead of them: ``compaction.tiered.superseded_segments``), once the replacement has
-        been the one readers get for ``superseded_delete_delay_ms``.
+        """Segments of a compacted topic that lost to a routed one of the same offsets (replaced
+        by a cleaned segment, or a cleaned segment that is older or a zombie's:
+        ``compaction.tiered.superseded_segments``), once the winner has been the one readers get
+        for ``superseded_delete_delay_ms``.
 
         The cleaner never deletes: it only uploads and publishes. Deleting here, from the
         leader's view of the lineage, keeps a zombie leader's rewrite from deleting what the
@@ -522,7 +523,7 @@ class RLMExpirationTask(_RLMTask):
         if not log.config.compact or log.highest_offset_in_remote_storage < 0:
             return []
         chain = remote_chain(self.rlm.rlmm, self.tp, log)
-        replacement = {(s.start_offset, s.end_offset): s for s in chain if s.cleaner_offsets}
+        replacement = {(s.start_offset, s.end_offset): s for s in chain}
         planned = {s.remote_log_segment_id for s in already}
         now = self.rlm.clock_ms()
         delay = self.rlm.superseded_delete_delay_ms
@@ -530,7 +531,12 @@ class RLMExpirationTask(_RLMTask):
             s
             for s in superseded_segments(self.rlm.rlmm, self.tp, chain)
             if s.remote_log_segment_id not in planned
-            and replacement[(s.start_offset, s.end_offset)].event_timestamp_ms + delay <= now
+            and max(
+                replacement[(s.start_offset, s.end_offset)].event_timestamp_ms,
+                s.event_timestamp_ms,
+            )
+            + delay
+            <= now
         ]
 
     def _dangling_deletes(
