@@ -30,7 +30,8 @@ Also the fact the issue starts from: Kafka 4.3.1 refuses tiered storage on a com
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,10 @@ import pytest
 from kafka.admin import NewTopic
 from services._common import Service
 from services.kafka import start_kafka
+from services.spark_fixtures import LOCAL_MASTER, STANDALONE_GROUP
+
+from tierlog.compaction.offline import CleanSummary, clean_partition_dir
+from tierlog.compaction.spark_engine import SparkEngine
 
 from ._broker import admin_client, built_once, create_topic, unique_topic
 from ._cleaner_oracle import (
@@ -100,13 +105,39 @@ def kafka_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, KafkaRun]:
     return {run.name: run for run in load_runs(directory, facts)}
 
 
-@pytest.fixture(scope="module")
+ENGINES = [
+    "python",
+    pytest.param("spark-local", marks=pytest.mark.spark),
+    pytest.param(
+        "spark-standalone",
+        marks=[pytest.mark.spark, pytest.mark.xdist_group(STANDALONE_GROUP)],
+    ),
+]
+"""tierlog's engines, each held to Kafka's output: this process, a Spark job on ``local[2]``,
+and one on a real standalone cluster (master and worker processes)."""
+
+
+@pytest.fixture(scope="module", params=ENGINES)
 def tierlog_runs(
-    kafka_runs: dict[str, KafkaRun], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    kafka_runs: dict[str, KafkaRun],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, list[TierlogRound]]:
-    """tierlog's rounds of both scenarios, each on tierlog's own copy."""
+    """tierlog's rounds of both scenarios, each on tierlog's own copy, on one engine."""
+    engine_name: str = request.param
+    clean: Callable[..., CleanSummary] = clean_partition_dir
+    if engine_name != "python":
+        sessions = request.getfixturevalue("spark_sessions")
+        master = (
+            request.getfixturevalue("spark_standalone_url")
+            if engine_name == "spark-standalone"
+            else LOCAL_MASTER
+        )
+        clean = functools.partial(clean_partition_dir, engine=SparkEngine(sessions.get(master)))
     return {
-        name: run_tierlog_rounds(run, tmp_path_factory.mktemp(f"tierlog-{name}"))
+        name: run_tierlog_rounds(
+            run, tmp_path_factory.mktemp(f"tierlog-{engine_name}-{name}"), clean
+        )
         for name, run in kafka_runs.items()
     }
 
