@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from rlm._tiering import TIP, Clock, open_log, open_rlmm, open_rsm, tier
+from tierlog.compaction.engine import CleanEngine
 from tierlog.compaction.remote_io import StorageSpec, register_open
 from tierlog.compaction.tiered import TieredCleaner, remote_chain, superseded_segments
 from tierlog.log.batch import build_batch
@@ -100,7 +101,10 @@ def shared(tmp_path: Path) -> Iterator[tuple[LocalLog, Any, Any, Clock, StorageS
 
 @pytest.mark.parametrize("a_arrives", ["before B publishes", "after B publishes"])
 def test_a_zombie_leaders_late_round_is_never_routed(
-    shared: tuple[LocalLog, Any, Any, Clock, StorageSpec], tmp_path: Path, a_arrives: str
+    shared: tuple[LocalLog, Any, Any, Clock, StorageSpec],
+    tmp_path: Path,
+    a_arrives: str,
+    engine: CleanEngine,
 ) -> None:
     log, rsm, rlmm, clock, spec = shared
     scratch = str(tmp_path / "scratch")
@@ -111,7 +115,14 @@ def test_a_zombie_leaders_late_round_is_never_routed(
     _produce(log, clock, 0, 0, 40)
     tier(log, rsm, rlmm)
     first = TieredCleaner.clean(
-        broker_a, log, TIP, leader_epoch=0, checkpoint=None, now_ms=clock.now, force=True
+        broker_a,
+        log,
+        TIP,
+        leader_epoch=0,
+        checkpoint=None,
+        now_ms=clock.now,
+        force=True,
+        engine=engine,
     )
     assert broker_a.held, "A's first round is held like any other: deliver it now"
     broker_a.deliver()
@@ -123,7 +134,9 @@ def test_a_zombie_leaders_late_round_is_never_routed(
     clock.advance(1000)
     _produce(log, clock, 0, 40, 20)
     tier(log, rsm, rlmm)
-    zombie = broker_a.clean(log, TIP, leader_epoch=0, checkpoint=e1, now_ms=clock.now, force=True)
+    zombie = broker_a.clean(
+        log, TIP, leader_epoch=0, checkpoint=e1, now_ms=clock.now, force=True, engine=engine
+    )
     assert zombie.end_offset > e1 and broker_a.held
     zombie_ids = {m.remote_log_segment_id for m, _ in broker_a.held}
 
@@ -135,7 +148,9 @@ def test_a_zombie_leaders_late_round_is_never_routed(
     tier(log, rsm, rlmm)
     if a_arrives == "before B publishes":
         broker_b.before_first_publish = broker_a.deliver
-    second = broker_b.clean(log, TIP, leader_epoch=1, checkpoint=None, now_ms=clock.now, force=True)
+    second = broker_b.clean(
+        log, TIP, leader_epoch=1, checkpoint=None, now_ms=clock.now, force=True, engine=engine
+    )
     if a_arrives == "after B publishes":
         broker_a.deliver()
     assert second.first_dirty_offset == e1  # resumed from what the RLMM resolved for epoch 0
