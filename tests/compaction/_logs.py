@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tierlog.compaction.rewrite import RetentionContext, RewriteStats, rewrite_segment
-from tierlog.compaction.scan import KeyMap, key_digest, scan_segment
+from tierlog.compaction.scan import KeyMap, scan_segment
 from tierlog.compaction.txn import AbortedIndex, TxnDecisions, decide_transactions
 from tierlog.log.batch import (
     NO_PRODUCER_EPOCH,
@@ -206,7 +206,7 @@ def clean_files(
     )
 
     def superseded(offset: int, key: bytes) -> bool:
-        return offset_map.get(key_digest(key), -1) > offset
+        return offset_map.get(key, -1) > offset
 
     stats = RewriteStats()
     outputs: list[bytes] = []

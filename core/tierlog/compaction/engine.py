@@ -313,7 +313,7 @@ class PythonEngine:
         return outcome
 
     def bloom_hits(self, blooms: Mapping[int, BloomFilter]) -> set[int]:
-        digests = list(self._map)
+        digests = [key_digest(key) for key in self._map]
         return {index for index, bloom in blooms.items() if bloom.might_contain_any(digests)}
 
     def scan_more(
@@ -348,7 +348,7 @@ class PythonEngine:
         lookup = self._map.get
 
         def superseded(offset: int, key: bytes) -> bool:
-            return lookup(key_digest(key), -1) > offset
+            return lookup(key, -1) > offset
 
         total = sum(len(g.sources) for g in groups)
         done = 0

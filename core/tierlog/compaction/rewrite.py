@@ -47,7 +47,7 @@ from tierlog.log.batch import (
     read_batch_header,
 )
 from tierlog.log.crc import crc32c
-from tierlog.log.record import NO_TIMESTAMP
+from tierlog.log.record import NO_TIMESTAMP, Record
 from tierlog.log.txn_index import AbortedTxn
 
 __all__ = [
@@ -193,22 +193,31 @@ def rewrite_segment(
         stats.records_read += len(records)
         horizon = header.delete_horizon_ms
         retain_deletes = horizon is None or now < horizon
-        kept = []
+        kept: list[Record]
         tombstone = False
-        for record in records:
-            if discard_records:
-                continue
-            if header.is_control or record.offset > latest_mapped:
-                kept.append(record)
-                tombstone = tombstone or record.value is None
-                continue
-            key = record.key
-            if key is None:
-                stats.invalid_records += 1
-                continue
-            if not superseded(record.offset, key) and (record.value is not None or retain_deletes):
-                kept.append(record)
-                tombstone = tombstone or record.value is None
+        if discard_records:
+            kept = []
+        elif header.is_control:
+            kept = records
+            tombstone = any(r.value is None for r in records)
+        else:
+            kept = []
+            append = kept.append
+            for record in records:
+                offset = record.offset
+                if offset > latest_mapped:
+                    append(record)
+                    tombstone = tombstone or record.value is None
+                    continue
+                key = record.key
+                if key is None:
+                    stats.invalid_records += 1
+                elif not superseded(offset, key):
+                    if record.value is not None:
+                        append(record)
+                    elif retain_deletes:
+                        append(record)
+                        tombstone = True
         index_entry = (
             ctx.decisions.index_entries.get(header.base_offset) if header.is_control else None
         )

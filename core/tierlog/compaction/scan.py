@@ -42,7 +42,12 @@ __all__ = [
 ]
 
 KeyMap = dict[bytes, int]
-"""Key digest -> the latest offset of a record with that key."""
+"""Key -> the latest offset of a record with that key (the in-process engine's offset map).
+
+The in-process engine keys its map by the key bytes themselves: Python hashes bytes far faster
+than it computes an MD5, and two keys differ by their bytes exactly when their digests differ,
+short of an MD5 collision (where Kafka's map would merge two keys and this one does not). The
+distributed engine keys by the digest (fixed-width rows to shuffle)."""
 
 
 def key_digest(key: bytes) -> bytes:
@@ -91,7 +96,7 @@ class SegmentScan:
     """What one read of a segment found: pass-1 keys and the transaction events."""
 
     keys: KeyMap = field(default_factory=dict)
-    """Key digest -> latest offset, for keyed records at or past the first dirty offset in
+    """Key -> latest offset, for keyed records at or past the first dirty offset in
     batches that are neither control batches nor aborted."""
     events: list[TxnEvent] = field(default_factory=list)
     """One per transactional or control batch, in offset order."""
@@ -143,11 +148,16 @@ def scan_segment(
             continue
         records = records_of(header, data, name)
         scan.records_read += len(records)
-        md5 = hashlib.md5
-        for record in records:
-            key = record.key
-            if key is not None and first_dirty_offset <= record.offset < end_offset:
-                keys[md5(key, usedforsecurity=False).digest()] = record.offset
+        if header.base_offset >= first_dirty_offset and header.last_offset < end_offset:
+            for record in records:  # the common case: the whole batch is in the range
+                key = record.key
+                if key is not None:
+                    keys[key] = record.offset
+        else:
+            for record in records:
+                key = record.key
+                if key is not None and first_dirty_offset <= record.offset < end_offset:
+                    keys[key] = record.offset
     return scan
 
 
