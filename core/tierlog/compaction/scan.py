@@ -4,8 +4,11 @@ Every function here reads a single segment file and needs nothing from other seg
 what it is handed (the aborted transactions of the round), so each is one independent task: the
 single-process cleaner calls them in a loop, the Spark engine in ``mapPartitions``.
 
-Keys are identified as Kafka's ``SkimpyOffsetMap`` identifies them: by the MD5 digest of the key
-bytes (16 bytes; a null key is no key, an empty key is a key). Holding digests rather than keys
+Kafka's ``SkimpyOffsetMap`` identifies a key by the MD5 digest of its bytes; the engines here
+identify it by the bytes themselves (a null key is no key, an empty key is a key), which is the
+same identity short of an MD5 collision and costs no hashing in Python. Digests (``key_digest``)
+remain the identity of the Bloom filters, whose size must not depend on key length.
+Holding digests rather than keys
 bounds the size of a map entry whatever the key length, and makes a tierlog map merge the keys
 Kafka's would merge.
 """
@@ -47,7 +50,7 @@ KeyMap = dict[bytes, int]
 The in-process engine keys its map by the key bytes themselves: Python hashes bytes far faster
 than it computes an MD5, and two keys differ by their bytes exactly when their digests differ,
 short of an MD5 collision (where Kafka's map would merge two keys and this one does not). The
-distributed engine keys by the digest (fixed-width rows to shuffle)."""
+distributed engine joins on the key bytes too (Spark hashes them in the JVM)."""
 
 
 def key_digest(key: bytes) -> bytes:
@@ -168,7 +171,7 @@ class BatchRows(NamedTuple):
     records: int
     """Records decoded."""
     event: TxnEvent | None
-    digests: list[bytes]
+    keys: list[bytes]
     offsets: list[int]
 
 
@@ -178,12 +181,11 @@ def iter_segment_rows(
     """Read one segment for the distributed engine, batch by batch.
 
     Every keyed record of a batch that is neither a control batch nor aborted comes out as a
-    (digest, offset) row: every one, not only the latest per key, since the engine finds the
+    (key, offset) row: every one, not only the latest per key, since the engine finds the
     superseded records by joining these rows with the offset map. Every transactional or control
     batch comes out as its ``TxnEvent``.
     """
     name = str(path)
-    md5 = hashlib.md5
     for header, data in iter_raw_batches(path):
         if header.base_offset >= end_offset:
             break
@@ -201,13 +203,13 @@ def iter_segment_rows(
                 yield BatchRows(len(data), 0, event, [], [])
                 continue
         records = records_of(header, data, name)
-        digests = [
-            md5(r.key, usedforsecurity=False).digest()
-            for r in records
-            if r.key is not None and r.offset < end_offset
-        ]
-        offsets = [r.offset for r in records if r.key is not None and r.offset < end_offset]
-        yield BatchRows(len(data), len(records), event, digests, offsets)
+        keys: list[bytes] = []
+        offsets: list[int] = []
+        for r in records:
+            if r.key is not None and r.offset < end_offset:
+                keys.append(r.key)
+                offsets.append(r.offset)
+        yield BatchRows(len(data), len(records), event, keys, offsets)
 
 
 def segment_facts(path: Path) -> tuple[int | None, int]:

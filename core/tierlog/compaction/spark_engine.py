@@ -4,9 +4,9 @@ Same contract as ``engine.PythonEngine`` (see ``engine``), computed by a cluster
 
 - **scan**: one task per source segment (``mapInArrow``) reads the segment once and emits Arrow
   rows: one per keyed record of a batch that is neither control nor aborted (segment, key
-  digest, offset), one per transactional or control batch (the transaction events, collected by
+  key, offset), one per transactional or control batch (the transaction events, collected by
   the driver: a few per transaction), and one with the segment's counters. The offset map is a
-  distributed aggregation, ``max(offset)`` per digest over the dirty range: nothing bounds the
+  distributed aggregation, ``max(offset)`` per key over the dirty range: nothing bounds the
   number of keys (Kafka's ``log.cleaner.dedupe.buffer.size`` makes it clean a large dirty range
   in several rounds; this is one round). Joining every record row with the map gives the
   superseded records, grouped per segment.
@@ -38,7 +38,7 @@ from tierlog.compaction.engine import (
     rewrite_group,
 )
 from tierlog.compaction.rewrite import RetentionContext
-from tierlog.compaction.scan import iter_segment_rows
+from tierlog.compaction.scan import iter_segment_rows, key_digest
 from tierlog.compaction.summary import BloomFilter
 from tierlog.compaction.txn import AbortedIndex, MarkerKind, TxnEvent
 from tierlog.log.log_config import LogConfig
@@ -63,7 +63,7 @@ def _scan_schema() -> Any:
         [
             st.StructField("kind", st.ByteType(), False),
             st.StructField("seg", st.IntegerType(), False),
-            st.StructField("digest", st.BinaryType(), True),
+            st.StructField("key", st.BinaryType(), True),
             st.StructField("offset", st.LongType(), True),
             st.StructField("last", st.LongType(), True),
             st.StructField("pid", st.LongType(), True),
@@ -78,17 +78,24 @@ def _scan_schema() -> Any:
 def _scan_batches(
     tasks: Sequence[SegmentTask],
     aborted_entries: Sequence[AbortedTxn],
+    first_dirty_offset: int,
     end_offset: int,
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side of the scan: the rows of every segment task in the partition."""
+    """Executor side of the scan: the rows of every segment task in the partition.
+
+    A segment entirely in the dirty range sends one row per key, its latest offset in the
+    segment: every other record of that key in it is superseded whatever the map says, and a
+    segment of a compacted topic holds far fewer keys than records. Any other segment sends a
+    row per keyed record (Kafka keeps a clean-section record unless the dirty range has its key,
+    duplicates included)."""
     import pyarrow as pa
 
     aborted = AbortedIndex(aborted_entries)
     names = [
         "kind",
         "seg",
-        "digest",
+        "key",
         "offset",
         "last",
         "pid",
@@ -98,13 +105,13 @@ def _scan_batches(
         "downloaded",
     ]
 
-    def key_batch(seg: int, digests: list[bytes], offsets: list[int]) -> pa.RecordBatch:
-        n = len(digests)
+    def key_batch(seg: int, keys: list[bytes], offsets: list[int]) -> pa.RecordBatch:
+        n = len(keys)
         return pa.RecordBatch.from_arrays(
             [
                 pa.array([_KIND_KEY] * n, pa.int8()),
                 pa.array([seg] * n, pa.int32()),
-                pa.array(digests, pa.binary()),
+                pa.array(keys, pa.binary()),
                 pa.array(offsets, pa.int64()),
                 pa.nulls(n, pa.int64()),
                 pa.nulls(n, pa.int64()),
@@ -154,22 +161,35 @@ def _scan_batches(
     by_index = {t.index: t for t in tasks}
     for batch in batches:
         for seg in batch.column("index").to_pylist():
-            path, downloaded = by_index[seg].local_path()
+            task = by_index[seg]
+            path, downloaded = task.local_path()
             digests: list[bytes] = []
             offsets: list[int] = []
             events: list[TxnEvent] = []
+            latest_in_segment: dict[bytes, int] | None = (
+                {} if task.base_offset >= first_dirty_offset else None
+            )
             size = records = 0
             for rows in iter_segment_rows(path, aborted=aborted, end_offset=end_offset):
                 size += rows.size
                 records += rows.records
                 if rows.event is not None:
                     events.append(rows.event)
-                if rows.digests:
-                    digests.extend(rows.digests)
-                    offsets.extend(rows.offsets)
-                    if len(digests) >= _ROWS_PER_BATCH:
-                        yield key_batch(seg, digests, offsets)
-                        digests, offsets = [], []
+                if not rows.keys:
+                    continue
+                if latest_in_segment is not None:
+                    latest_in_segment.update(zip(rows.keys, rows.offsets, strict=True))
+                    continue
+                digests.extend(rows.keys)
+                offsets.extend(rows.offsets)
+                if len(digests) >= _ROWS_PER_BATCH:
+                    yield key_batch(seg, digests, offsets)
+                    digests, offsets = [], []
+            if latest_in_segment:
+                items = list(latest_in_segment.items())
+                for at in range(0, len(items), _ROWS_PER_BATCH):
+                    chunk = items[at : at + _ROWS_PER_BATCH]
+                    yield key_batch(seg, [d for d, _ in chunk], [o for _, o in chunk])
             if digests:
                 yield key_batch(seg, digests, offsets)
             if events:
@@ -215,6 +235,7 @@ def _rewrite_batches(
     groups: Sequence[GroupTask],
     ctx: RetentionContext,
     config: LogConfig,
+    first_dirty_offset: int,
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """Executor side of pass 2: rewrite every group whose rows are in this partition."""
@@ -235,7 +256,9 @@ def _rewrite_batches(
 
         def test_for(task: SegmentTask, by_seg: dict[int, set[int]] = by_seg) -> Any:
             offsets = by_seg.get(task.index, set())
-            return lambda offset, _key: offset in offsets
+            if task.base_offset >= first_dirty_offset:
+                return lambda offset, _key: offset not in offsets  # the winners
+            return lambda offset, _key: offset in offsets  # the losers
 
         out = rewrite_group(group, ctx, config, test_for)
         stats = out.stats
@@ -272,7 +295,7 @@ def _bloom_hits(
     filters = [(i, BloomFilter(bits, m, k)) for i, bits, m, k in blooms]
     hits: set[int] = set()
     for batch in batches:
-        digests = batch.column("digest").to_pylist()
+        digests = [key_digest(key) for key in batch.column("key").to_pylist()]
         for i, bloom in filters:
             if i not in hits and bloom.might_contain_any(digests):
                 hits.add(i)
@@ -331,6 +354,8 @@ class SparkEngine:
         self._keys: DataFrame | None = None
         self._latest: DataFrame | None = None
         self._persisted: list[DataFrame] = []
+        self._first_dirty = 0
+        self._dirty_segments: set[int] = set()
         self._job = 0
 
     def _group(self, phase: str) -> str:
@@ -352,7 +377,9 @@ class SparkEngine:
 
         task_df = self._spark.createDataFrame([(t.index,) for t in tasks], "index int")
         task_df = task_df.repartition(max(1, len(tasks)), "index")
-        fn = functools.partial(_scan_batches, tuple(tasks), tuple(aborted.entries), end_offset)
+        fn = functools.partial(
+            _scan_batches, tuple(tasks), tuple(aborted.entries), self._first_dirty, end_offset
+        )
         scanned = task_df.mapInArrow(fn, _scan_schema()).persist(StorageLevel.MEMORY_AND_DISK)
         self._persisted.append(scanned)
         return scanned
@@ -380,12 +407,23 @@ class SparkEngine:
         return events, counters
 
     def _update_superseded(self) -> None:
+        """Per segment, the offsets pass 2 needs: for a segment wholly in the dirty range the
+        records that win (every other keyed record of it is superseded), for any other segment
+        the records that lose. Both are the short list once a log has been cleaned."""
         from pyspark.sql import functions as sf
 
         assert self._keys is not None and self._latest is not None
+        dirty = (
+            sf.col("seg").isin(sorted(self._dirty_segments))
+            if self._dirty_segments
+            else (sf.lit(False))
+        )
         self._superseded = (
-            self._keys.join(self._latest, "digest")
-            .where(sf.col("offset") < sf.col("latest"))
+            self._keys.join(self._latest, "key")
+            .where(
+                (dirty & (sf.col("offset") == sf.col("latest")))
+                | (~dirty & (sf.col("offset") < sf.col("latest")))
+            )
             .groupBy("seg")
             .agg(sf.collect_list("offset").alias("offsets"))
         )
@@ -402,15 +440,15 @@ class SparkEngine:
         from pyspark.sql import functions as sf
 
         self.release()
+        self._first_dirty = first_dirty_offset
+        self._dirty_segments = {t.index for t in tasks if t.base_offset >= first_dirty_offset}
         scanned = self._scan_job(tasks, aborted, end_offset)
         with self._tracked("map", progress):
             events, counters = self._collect(scanned)
-            keys = scanned.where(sf.col("kind") == _KIND_KEY).select(
-                "seg", "digest", sf.col("offset")
-            )
+            keys = scanned.where(sf.col("kind") == _KIND_KEY).select("seg", "key", sf.col("offset"))
             latest = (
                 keys.where(sf.col("offset") >= first_dirty_offset)
-                .groupBy("digest")
+                .groupBy("key")
                 .agg(sf.max("offset").alias("latest"))
             )
             self._keys, self._latest = keys, latest
@@ -432,7 +470,7 @@ class SparkEngine:
         packed = tuple((i, b.bits, b.m, b.k) for i, b in blooms.items())
         fn = functools.partial(_bloom_hits, packed)
         schema = "seg int"
-        rows = self._latest.select("digest").mapInArrow(fn, schema).distinct().collect()
+        rows = self._latest.select("key").mapInArrow(fn, schema).distinct().collect()
         return {int(r[0]) for r in rows}
 
     def scan_more(
@@ -452,7 +490,7 @@ class SparkEngine:
         scanned = self._scan_job(tasks, aborted, end_offset)
         with self._tracked("map", progress):
             events, counters = self._collect(scanned)
-        more = scanned.where(sf.col("kind") == _KIND_KEY).select("seg", "digest", sf.col("offset"))
+        more = scanned.where(sf.col("kind") == _KIND_KEY).select("seg", "key", sf.col("offset"))
         self._keys = self._keys.unionByName(more)
         self._update_superseded()
         return ScanOutcome(
@@ -481,7 +519,7 @@ class SparkEngine:
         rows = membership.join(self._superseded, "seg", "left").repartition(
             max(1, len(groups)), "group"
         )
-        fn = functools.partial(_rewrite_batches, tuple(groups), ctx, config)
+        fn = functools.partial(_rewrite_batches, tuple(groups), ctx, config, self._first_dirty)
         with self._tracked("clean", progress):
             written = rows.select("group", "seg", "offsets").mapInArrow(fn, _rewrite_schema())
             results = sorted(written.collect(), key=lambda r: r["base_offset"])
