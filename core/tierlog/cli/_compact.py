@@ -79,7 +79,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--now-ms", type=int, default=None, help="the round's clock (default: the wall clock)"
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="print the summary as text (default) or JSON",
+    )
     parser.set_defaults(handler=run)
 
 
