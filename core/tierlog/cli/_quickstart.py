@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from tierlog.log.local_log import OffsetOutOfRangeError
 from tierlog.node.config import NodeConfig
@@ -63,6 +63,9 @@ from tierlog.spi import (
     TierlogError,
     TopicPartition,
 )
+
+if TYPE_CHECKING:
+    from tierlog.cli._quickstart_compacted import CompactedQuickstartResult
 
 __all__ = ["QuickstartResult", "add_parser", "run", "run_quickstart"]
 
@@ -784,7 +787,8 @@ def add_parser(commands: Any) -> None:
         "embedded RLMM): write a topic, let the node tier it until local retention cuts the "
         "local log, consume everything from offset 0 verifying every record, let remote "
         "retention expire the oldest segments, and print a summary with the config to rerun "
-        "with `tierlog serve`. Exit status 0 only if every record was read back exactly.",
+        "with `tierlog serve`. With --compacted, the same for a compacted topic, compacted "
+        "through remote storage. Exit status 0 only if every record was read back exactly.",
     )
     parser.add_argument(
         "--dir",
@@ -794,7 +798,10 @@ def add_parser(commands: Any) -> None:
         "(default: a new temporary directory, kept and printed)",
     )
     parser.add_argument(
-        "--size-mib", type=float, default=256, help="MiB of record values to write (default 256)"
+        "--size-mib",
+        type=float,
+        default=None,
+        help="MiB of record values to write (default 256; 24 with --compacted)",
     )
     parser.add_argument(
         "--record-bytes", type=int, default=1024, help="bytes per record value (default 1024)"
@@ -822,6 +829,21 @@ def add_parser(commands: Any) -> None:
         help="--rlmm topic: an rlmm.config. key (prefix optional), e.g. "
         "remote.log.metadata.topic.replication.factor=3 (repeatable)",
     )
+    parser.add_argument(
+        "--compacted",
+        action="store_true",
+        help="the compacted quickstart: a cleanup.policy=compact topic tiered, compacted "
+        "through remote storage in two rounds (Bloom filters skipping what the second cannot "
+        "change), its local copies and replaced remote segments deleted, and every key's "
+        "latest write read back from remote storage",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("python", "spark"),
+        default=None,
+        help="--compacted: run the rounds in the node's process (default) or as Spark jobs "
+        "(tierlog[spark], local mode)",
+    )
     keep = parser.add_mutually_exclusive_group()
     keep.add_argument(
         "--keep",
@@ -847,14 +869,30 @@ def run(args: argparse.Namespace) -> int:
         args.bootstrap_servers,
         tuple(parse_overrides(args.rlmm_config).items()),
     )
-    result = run_quickstart(
-        args.dir,
-        size_mib=args.size_mib,
-        record_bytes=args.record_bytes,
-        partitions=args.partitions,
-        keep=args.keep,
-        metadata=metadata,
-    )
+    result: QuickstartResult | CompactedQuickstartResult
+    if args.compacted:
+        from tierlog.cli._quickstart_compacted import DEFAULT_SIZE_MIB, run_compacted_quickstart
+
+        result = run_compacted_quickstart(
+            args.dir,
+            size_mib=DEFAULT_SIZE_MIB if args.size_mib is None else args.size_mib,
+            record_bytes=args.record_bytes,
+            partitions=args.partitions,
+            engine=args.engine or "python",
+            keep=args.keep,
+            metadata=metadata,
+        )
+    else:
+        if args.engine is not None:
+            raise InvalidArgumentError("--engine applies to --compacted only")
+        result = run_quickstart(
+            args.dir,
+            size_mib=256 if args.size_mib is None else args.size_mib,
+            record_bytes=args.record_bytes,
+            partitions=args.partitions,
+            keep=args.keep,
+            metadata=metadata,
+        )
     print(result.summary())
     if not result.ok:
         print(

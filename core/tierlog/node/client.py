@@ -1,8 +1,9 @@
 """``TierlogClient``: a node's HTTP API (``tierlog.node.http_api``) from Python, stdlib only.
 
 The methods mirror ``Node``'s (``create_topic``, ``produce``, ``append_batches``, ``fetch``,
-``list_offsets``, ``status``...) and return the same types, so code written against an embedded
-``Node`` runs against a remote one::
+``list_offsets``, ``status``, ``compact``...) and return the same types (but ``compact``: the
+round's summary as JSON), so code written against an embedded ``Node`` runs against a remote
+one::
 
     client = TierlogClient("http://127.0.0.1:8405")
     client.create_topic("events", partitions=3, configs={"remote.storage.enable": "true"})
@@ -24,10 +25,12 @@ tools; a high-rate producer should batch records into few ``produce`` calls.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from email.message import Message
 from typing import Any, Final, Literal
@@ -51,7 +54,7 @@ from tierlog.log.producer_state import (
 )
 from tierlog.log.segment import TimestampAndOffset
 from tierlog.log.txn_index import AbortedTxn
-from tierlog.node.http_api import BATCHES_CONTENT_TYPE
+from tierlog.node.http_api import BATCHES_CONTENT_TYPE, NDJSON_CONTENT_TYPE
 from tierlog.node.node import (
     FetchResult,
     PartitionStatus,
@@ -227,6 +230,32 @@ class TierlogClient:
         content_type: str | None = None,
         accept: str = "application/json",
     ) -> _Answer:
+        with self._open(
+            method,
+            path,
+            query=query,
+            json_body=json_body,
+            data=data,
+            content_type=content_type,
+            accept=accept,
+        ) as resp:
+            return _Answer(resp.status, resp.headers, resp.read())
+
+    @contextmanager
+    def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, object] | None = None,
+        json_body: object = None,
+        data: bytes | None = None,
+        content_type: str | None = None,
+        accept: str = "application/json",
+    ) -> Iterator[Any]:
+        """The open answer of a 2xx (read it inside the block); any other is raised as the
+        tierlog error it carries, and a network failure, also while reading, as
+        ``NodeUnreachableError``."""
         url = self.base_url + path
         if query:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
@@ -239,7 +268,7 @@ class TierlogClient:
         req = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
             with self._opener.open(req, timeout=self.timeout) as resp:
-                return _Answer(resp.status, resp.headers, resp.read())
+                yield resp
         except urllib.error.HTTPError as e:
             with e:
                 raise self._error(method, url, e.code, e.read()) from None
@@ -249,7 +278,7 @@ class TierlogClient:
             raise NodeUnreachableError(
                 f"{method} {url}: no answer within {self.timeout:g} s"
             ) from None
-        except OSError as e:
+        except (OSError, http.client.HTTPException) as e:
             raise NodeUnreachableError(f"{method} {url} failed: {e}") from None
 
     @staticmethod
@@ -257,13 +286,20 @@ class TierlogClient:
         """The tierlog exception a JSON error answer stands for."""
         try:
             error = json.loads(body)["error"]
-            error_type = str(error["type"])
-            message = str(error["message"])
         except (ValueError, KeyError, TypeError):
+            error = None
+        if not isinstance(error, dict) or "type" not in error or "message" not in error:
             snippet = body[:200].decode("utf-8", errors="replace")
             return NodeUnreachableError(
                 f"{method} {url}: HTTP {status} without a tierlog error body: {snippet!r}"
             )
+        return TierlogClient._error_of(status, error)
+
+    @staticmethod
+    def _error_of(status: int, error: Mapping[str, Any]) -> TierlogError:
+        """The tierlog exception of an ``"error"`` object (and the status it came with)."""
+        error_type = str(error["type"])
+        message = str(error["message"])
         factory = _ERRORS.get(error_type)
         if factory is not None:
             return factory(message)
@@ -303,6 +339,48 @@ class TierlogClient:
         """``Node.tier_now``: copy, expire and apply local retention now; the status after."""
         body = self._request("POST", "/tier", query={"topic": topic}).json()
         return [_status(s) for s in body["partitions"]]
+
+    def compact(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        force: bool = True,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> dict[str, Any]:
+        """``Node.compact_now``: one log-cleaner round of a compacted partition now, and its
+        summary (``tierlog.node.http_api.compaction_json``: ``cleaned``, ``dirty_ratio``, bytes
+        and records read, written, kept and dropped, and for a tiered partition
+        ``bytes_downloaded``, ``bytes_uploaded`` and ``segments_skipped`` by Bloom filters).
+
+        ``force`` cleans below ``min.cleanable.dirty.ratio`` too. ``progress(phase, done,
+        total)`` is called as the round's passes advance ("map", then "clean"). The answer is
+        streamed, with a line at least every few seconds, so that ``timeout`` bounds a silence,
+        not the round. A topic that is not compacted is an ``InvalidArgumentError``."""
+        path = self._partition_path(topic, partition) + "/compact"
+        query = {"force": "true" if force else "false"}
+        with self._open("POST", path, query=query, accept=NDJSON_CONTENT_TYPE) as resp:
+            if resp.headers.get_content_type() != NDJSON_CONTENT_TYPE:
+                result: dict[str, Any] = json.loads(resp.read())
+                return result
+            for raw in resp:
+                if not raw.strip():
+                    continue
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    raise NodeUnreachableError(
+                        f"the compaction answer has a line that is not JSON: {raw[:200]!r}"
+                    ) from None
+                if "result" in line:
+                    summary: dict[str, Any] = line["result"]
+                    return summary
+                if "error" in line:
+                    raise self._error_of(int(line.get("status", 500)), line["error"])
+                step = line.get("progress")
+                if step is not None and progress is not None:
+                    progress(str(step["phase"]), int(step["done"]), int(step["total"]))
+        raise NodeUnreachableError(f"the compaction answer of {topic}-{partition} ended early")
 
     # Topics --------------------------------------------------------------------------------------
     def topics(self) -> dict[str, dict[str, Any]]:

@@ -25,6 +25,8 @@ Endpoints (bodies are JSON unless said otherwise; ``PartitionStatus`` is ``Node.
     GET    /topics/{t}/partitions/{p}/records  ?offset=&max_bytes=&isolation=&encoding=
     GET    /topics/{t}/partitions/{p}/offsets  ?spec=earliest|latest|earliest-local|latest-tiered
                                                or ?timestamp=MS
+    POST   /topics/{t}/partitions/{p}/compact  ?force=true|false: one log-cleaner round now;
+                                               the round's summary (``compaction_json``)
 
 *Producing.* A JSON body is ``{"records": [{"key": str | null, "value": str | null, "headers":
 {k: v | null} | [[k, v | null], ...], "timestamp": ms?}, ...], "encoding": "utf8" | "base64",
@@ -62,6 +64,18 @@ tiered yet (as Kafka answers). A search by timestamp whose remote part does not 
 ``remote.list.offsets.request.timeout.ms`` is a 503 ``RequestTimedOutError`` (Kafka's
 ``REQUEST_TIMED_OUT``), retriable.
 
+*Compacting.* ``POST .../compact`` runs one cleaning round of a compacted partition now
+(``Node.compact_now``; ``force``, default true, cleans below ``min.cleanable.dirty.ratio`` too)
+and answers its summary, ``compaction_json``: for a tiered partition the round reads and writes
+remote storage, and the summary adds what it downloaded and uploaded and the segments its Bloom
+filters skipped. A round can take minutes, longer than a client waits for an idle socket, so
+with ``Accept: application/x-ndjson`` the answer streams (chunked) one JSON object per line as
+the round goes: ``{"progress": {"phase": "map" | "clean", "done", "total"}}`` as the passes
+advance, ``{"elapsed_s"}`` every few seconds when nothing else was sent, and last either
+``{"result": summary}`` or ``{"error": {...}, "status": N}`` (the status the error would have
+had: the 200 was sent before the round ended). A topic whose ``cleanup.policy`` has no
+``compact`` is a 400 before anything runs, worded as Kafka words a policy refusal.
+
 *Errors* are ``{"error": {"type": "UnknownTopicError", "message": "...", ...}}``, never a
 traceback (unexpected errors are logged on the node with theirs). ``type`` is the name of the
 tierlog exception, which ``TierlogClient`` raises again. Statuses: 400 bad input (a parameter,
@@ -82,12 +96,13 @@ import binascii
 import contextlib
 import json
 import logging
+import queue
 import re
 import socket
 import socketserver
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,6 +110,8 @@ from typing import Any, Final, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from tierlog._version import __version__
+from tierlog.compaction.cleaner import CleanResult
+from tierlog.compaction.tiered import TieredCleanResult
 from tierlog.log.batch import UnsupportedRecordFormatError
 from tierlog.log.compression import CompressionType, UnsupportedCodecError
 from tierlog.log.local_log import (
@@ -127,7 +144,9 @@ __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "HttpApi",
     "MAX_FETCH_BYTES",
+    "NDJSON_CONTENT_TYPE",
     "TopicExistsError",
+    "compaction_json",
     "endpoints",
 ]
 
@@ -136,6 +155,11 @@ _LOG = logging.getLogger(__name__)
 BATCHES_CONTENT_TYPE: Final = "application/vnd.kafka.batches"
 """Whole record batches in Kafka's on-disk/wire format, for produce bodies and fetch answers."""
 JSON_CONTENT_TYPE: Final = "application/json"
+NDJSON_CONTENT_TYPE: Final = "application/x-ndjson"
+"""One JSON object per line, sent as it is made: the streamed answer of a compaction."""
+HEARTBEAT_S: Final = 5.0
+"""The longest a streamed answer stays silent: a client's read timeout must not end a round
+that is only slow (a long pass reports no progress)."""
 DEFAULT_MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
 """Bodies above this are refused (413) before being read: a request must not exhaust memory."""
 DEFAULT_FETCH_BYTES: Final = 1024 * 1024
@@ -147,6 +171,7 @@ _INT64_MAX: Final = (1 << 63) - 1
 _ISOLATIONS: Final = ("read_uncommitted", "read_committed")
 _ENCODINGS: Final = ("utf8", "base64")
 _OFFSET_SPECS: Final = ("earliest", "latest", "earliest-local", "latest-tiered")
+_BOOLEANS: Final = {"true": True, "false": False}
 
 
 class _HttpError(Exception):
@@ -199,6 +224,8 @@ class _Response:
     body: bytes
     content_type: str = JSON_CONTENT_TYPE
     headers: dict[str, str] = field(default_factory=dict)
+    stream: Iterator[bytes] | None = None
+    """Instead of ``body``: chunks sent as they come (chunked transfer encoding)."""
 
 
 def _json_response(obj: Any, status: int = HTTPStatus.OK, **headers: str) -> _Response:
@@ -240,6 +267,15 @@ def _choice_param(name: str, raw: str | None, choices: tuple[str, ...], default:
     if raw not in choices:
         raise _bad_request(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
     return raw
+
+
+def _bool_param(name: str, raw: str | None, default: bool) -> bool:
+    if raw is None:
+        return default
+    value = _BOOLEANS.get(raw.strip().lower())
+    if value is None:
+        raise _bad_request(f"{name} must be true or false, got {raw!r}")
+    return value
 
 
 def _partition_param(req: _Request) -> int:
@@ -647,6 +683,143 @@ def _offsets(api: HttpApi, req: _Request) -> _Response:
     )
 
 
+# Compaction --------------------------------------------------------------------------------------
+def compaction_json(result: CleanResult) -> dict[str, Any]:
+    """A cleaning round's summary as JSON: what ``POST .../compact`` answers and ``tierlog
+    compact`` prints (on a node or offline). ``tiered`` rounds add their remote traffic,
+    ``segments_skipped`` (clean segments their Bloom filters ruled out, never downloaded) and
+    the cleaned segments they published."""
+    s = result.stats
+    out: dict[str, Any] = {
+        "topic": result.topic_partition.topic,
+        "partition": result.topic_partition.partition,
+        "cleaned": result.cleaned,
+        "dirty_ratio": round(result.cleanable_ratio, 6),
+        "first_dirty_offset": result.first_dirty_offset,
+        "end_offset": result.end_offset,
+        "checkpoint_reset": result.checkpoint_reset,
+        "keys_mapped": result.keys_mapped,
+        "segments_read": result.segments_read,
+        "segments_written": result.segments_written,
+        "bytes_read": s.bytes_read,
+        "bytes_written": s.bytes_written,
+        "map_bytes_read": result.map_bytes_read,
+        "records_read": s.records_read,
+        "records_kept": s.records_written,
+        "records_dropped": s.records_read - s.records_written,
+        "batches_read": s.batches_read,
+        "batches_written": s.batches_written,
+        "tombstones_kept": s.tombstones_kept,
+        "invalid_records": s.invalid_records,
+        "elapsed_s": round(result.elapsed_s, 3),
+        "tiered": isinstance(result, TieredCleanResult),
+    }
+    if isinstance(result, TieredCleanResult):
+        out |= {
+            "remote_bytes": result.remote_bytes,
+            "bytes_downloaded": result.bytes_downloaded,
+            "bytes_uploaded": result.bytes_uploaded,
+            "segments_skipped": result.segments_skipped,
+            "published": [
+                {
+                    "segment_id": str(m.remote_log_segment_id.id),
+                    "start_offset": m.start_offset,
+                    "end_offset": m.end_offset,
+                    "size_in_bytes": m.segment_size_in_bytes,
+                }
+                for m in result.published
+            ],
+        }
+    return out
+
+
+def _policy_error(api: HttpApi, topic: str, partition: int) -> _HttpError | None:
+    """Kafka refuses an operation that the topic's policy forbids with POLICY_VIOLATION and
+    words it "... can not be <done> due to the configured policy" (``DeleteRecords`` on a
+    compacted topic); a round on a topic with no ``compact`` policy is refused alike."""
+    config = api.node.log(topic, partition).config  # UnknownTopicError: 404
+    if config.compact:
+        return None
+    policy = ",".join(config.cleanup_policy) or "(none)"
+    return _bad_request(
+        f"Partition {topic}-{partition} can not be compacted due to the configured policy: "
+        f"cleanup.policy={policy}, and only a topic whose cleanup.policy includes compact has "
+        "a log cleaner"
+    )
+
+
+def _run_compaction(
+    api: HttpApi,
+    topic: str,
+    partition: int,
+    force: bool,
+    progress: Callable[[str, int, int], None] | None,
+) -> CleanResult:
+    if progress is None:
+        return api.node.compact_now(topic, partition, force=force)
+    # ``Node.compact_now`` takes no progress callback: its cleaner's ``clean_partition`` does.
+    cleaner = api.node.cleaner
+    if cleaner is None:
+        raise IllegalStateError("the node is not started")
+    return cleaner.clean_partition(topic, partition, force=force, progress=progress)
+
+
+def _ndjson(obj: Mapping[str, Any]) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def _compaction_stream(api: HttpApi, topic: str, partition: int, force: bool) -> Iterator[bytes]:
+    """The round in a thread of its own; its progress, heartbeats and outcome as lines."""
+    events: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    def progress(phase: str, done: int, total: int) -> None:
+        events.put(("progress", {"phase": phase, "done": done, "total": total}))
+
+    def work() -> None:
+        try:
+            result = _run_compaction(api, topic, partition, force, progress)
+        except Exception as exc:
+            events.put(("error", exc))
+        else:
+            events.put(("result", compaction_json(result)))
+
+    started = time.monotonic()
+    threading.Thread(
+        target=work, name=f"tierlog-http-compact-{topic}-{partition}", daemon=True
+    ).start()
+    while True:
+        try:
+            kind, payload = events.get(timeout=HEARTBEAT_S)
+        except queue.Empty:
+            yield _ndjson({"elapsed_s": round(time.monotonic() - started, 1)})
+            continue
+        if kind == "progress":
+            yield _ndjson({"progress": payload})
+        elif kind == "result":
+            yield _ndjson({"result": payload})
+            return
+        else:
+            err = _error_for(payload, api.stopping)
+            if err.status >= 500 and not err.retriable:
+                _LOG.error("Compacting %s-%d failed", topic, partition, exc_info=payload)
+            yield _ndjson({"error": _error_object(err), "status": err.status})
+            return
+
+
+def _compact(api: HttpApi, req: _Request) -> _Response:
+    _check_query(req, ("force",))
+    topic = req.params["topic"]
+    partition = _partition_param(req)
+    force = _bool_param("force", req.query.get("force"), True)
+    refused = _policy_error(api, topic, partition)
+    if refused is not None:
+        raise refused
+    if req.accepts(NDJSON_CONTENT_TYPE):
+        stream = _compaction_stream(api, topic, partition, force)
+        return _Response(HTTPStatus.OK, b"", NDJSON_CONTENT_TYPE, stream=stream)
+    return _json_response(compaction_json(_run_compaction(api, topic, partition, force, None)))
+
+
 _SEGMENT: Final = r"(?P<topic>[^/]+)"
 _ROUTES: Final = (
     _Route(re.compile(r"/healthz"), {"GET": _healthz}),
@@ -665,6 +838,10 @@ _ROUTES: Final = (
         re.compile(rf"/topics/{_SEGMENT}/partitions/(?P<partition>[^/]+)/offsets"),
         {"GET": _offsets},
     ),
+    _Route(
+        re.compile(rf"/topics/{_SEGMENT}/partitions/(?P<partition>[^/]+)/compact"),
+        {"POST": _compact},
+    ),
 )
 
 
@@ -680,6 +857,14 @@ def endpoints() -> list[tuple[str, str]]:
         path = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", route.pattern.pattern)
         out.extend((method, path) for method in route.methods)
     return out
+
+
+def _error_object(err: _HttpError) -> dict[str, Any]:
+    """The ``"error"`` object of an answer: type, message, the error's extra fields."""
+    error: dict[str, Any] = {"type": err.error_type, "message": err.message, **err.extra}
+    if err.retriable:
+        error["retriable"] = True
+    return error
 
 
 def _error_for(exc: BaseException, stopping: bool) -> _HttpError:
@@ -898,21 +1083,37 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _send(self, response: _Response) -> None:
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(len(response.body)))
+        if response.stream is None:
+            self.send_header("Content-Length", str(len(response.body)))
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
         for key, value in response.headers.items():
             self.send_header(key, value)
         if self.close_connection or self.server.api.stopping:
             self.close_connection = True
             self.send_header("Connection", "close")
         self.end_headers()
-        if self.command != "HEAD":
+        if response.stream is not None:
+            self._send_chunks(response.stream)
+        elif self.command != "HEAD":
             self.wfile.write(response.body)
 
+    def _send_chunks(self, stream: Iterator[bytes]) -> None:
+        try:
+            for chunk in stream:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            # The client went away: what it asked for still ends (a round is not abandoned
+            # half-way by a hang-up), nobody hears about it.
+            self.close_connection = True
+
     def _send_error_json(self, err: _HttpError) -> None:
-        error: dict[str, Any] = {"type": err.error_type, "message": err.message, **err.extra}
+        error = _error_object(err)
         headers = dict(err.headers)
         if err.retriable:
-            error["retriable"] = True
             headers["Retry-After"] = str(RETRY_AFTER_S)
         response = _json_response({"error": error}, err.status, **headers)
         try:
