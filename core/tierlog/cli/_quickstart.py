@@ -23,6 +23,10 @@ disk under the directory it prints) it runs a ``tierlog.Node`` in-process and:
 It exits 0 only if every record was read back exactly; otherwise it names the first records
 that were wrong (partition, offset, what differed) and exits 1.
 
+``--compacted`` runs the second quickstart instead (``tierlog.cli._quickstart_compacted``): a
+compacted tiered topic, compacted through remote storage (``--engine python|spark``), verified
+the same way against what a cleaned log must hold.
+
 **What "RSM requests per remote fetch" counts.** The node configures its own ``local`` RSM from
 the config file, exactly as ``serve`` would; the quickstart then wraps the methods of that very
 instance to count the calls the node makes (``fetch_log_segment`` and ``fetch_index``) while it

@@ -44,7 +44,7 @@ import shutil
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -427,14 +427,17 @@ def run_compacted_quickstart(
     timeout_s: float | None = None,
     metadata: MetadataChoice | None = None,
     after_compaction: Callable[[Node], None] | None = None,
+    extra_props: Mapping[str, object] | None = None,
 ) -> CompactedQuickstartResult:
     """Run the compacted quickstart (module docstring) and return what it measured.
 
     ``engine`` is ``python`` (the node's process) or ``spark`` (``tierlog[spark]``, local
     mode). ``timeout_s`` bounds each wait for the periodic tasks (default: 60 s plus 1 s per 10
     MiB). ``after_compaction`` is called with the running node once both rounds ran, before
-    anything is checked (tests use it to damage remote data and see the run fail). Invalid
-    options raise ``InvalidArgumentError``; a wrong record is a problem in the result.
+    anything is checked (tests use it to damage remote data and see the run fail).
+    ``extra_props`` are added to the node's configuration (tests: the Spark master of their
+    session). Invalid options raise ``InvalidArgumentError``; a wrong record is a problem in
+    the result.
     """
     err = sys.stderr if err is None else err
     started = time.monotonic()
@@ -446,6 +449,7 @@ def run_compacted_quickstart(
     config_path = directory / CONFIG_FILE
     metadata = metadata or MetadataChoice()
     props = _config_props(directory / "logs", partitions, plan.segment_bytes, engine, metadata)
+    props |= dict(extra_props or {})
     config_text = format_properties(
         props,
         comments=[
