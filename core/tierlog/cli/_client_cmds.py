@@ -31,6 +31,9 @@ stops once every partition is read up to its high watermark (the last stable off
 prints each value (``null`` for none), ``json`` one object per record with partition, offset,
 timestamp, key, value and headers (UTF-8 text, invalid bytes replaced).
 
+``tierlog compact --topic T --partition P`` (``tierlog.cli._compact``) uses a node's API too:
+one log-cleaner round on the node, its progress streamed back.
+
 ``topics describe`` and ``status --json`` print JSON; ``status`` prints one line per partition
 with its offsets, local and remote segments, and copy lag, as ``segments/size`` with sizes in
 binary units (``3/2.9 MiB``; ``--json`` has the exact bytes).
