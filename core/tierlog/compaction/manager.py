@@ -28,7 +28,7 @@ from tierlog.compaction.cleaner import CleanResult, clean_local_log, plan_local_
 from tierlog.compaction.config import CleanerConfig
 from tierlog.compaction.engine import CleanEngine, Progress, PythonEngine
 from tierlog.compaction.plan import LogToClean
-from tierlog.compaction.tiered import TieredCleaner
+from tierlog.compaction.tiered import TieredCleaner, TieredCleanResult
 from tierlog.log.cleaner_checkpoint import CleanerOffsetCheckpoints
 from tierlog.log.local_log import LocalLog
 from tierlog.spi import IllegalStateError, InvalidArgumentError, TierlogError, TopicIdPartition
@@ -156,6 +156,14 @@ class LogCleanerManager:
         if result.cleaned:
             target.checkpoints.update(target.tp.topic_partition, result.end_offset)
             self.rounds += 1
+        elif isinstance(result, TieredCleanResult) and result.resolved_checkpoint is not None:
+            # Nothing to clean, but the RLMM says how far cleaning got (a round finished by an
+            # earlier leader, or a run killed after its last publication): adopt it.
+            resolved = result.resolved_checkpoint
+            if checkpoint != resolved:
+                target.checkpoints.update(target.tp.topic_partition, resolved)
+            if target.log.cleaner_offset != resolved:
+                target.log.set_cleaner_offset(resolved)
         elif result.checkpoint_reset:
             target.checkpoints.update(target.tp.topic_partition, result.first_dirty_offset)
         self.last_results[target.tp] = result

@@ -33,6 +33,7 @@ those offsets are served, uncompacted, from the local log, which is the same dat
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +49,7 @@ from tierlog.compaction.engine import (
 )
 from tierlog.compaction.faults import fault_point
 from tierlog.compaction.plan import LogToClean, SegmentInfo, cleanable_offsets, log_to_clean
-from tierlog.compaction.remote_io import StorageSpec, fetch_index_bytes
+from tierlog.compaction.remote_io import StorageSpec, cleaned_segment_id, fetch_index_bytes
 from tierlog.compaction.rewrite import RetentionContext
 from tierlog.compaction.summary import DEFAULT_FALSE_POSITIVE_RATE, SegmentSummary
 from tierlog.compaction.txn import AbortedIndex, TxnEvent, decide_transactions
@@ -104,14 +105,32 @@ def _generation(vector: Mapping[int, int]) -> tuple[int, int]:
 
 
 def resolve_cleaner_offsets(chain: Sequence[RemoteLogSegmentMetadata]) -> dict[int, int]:
-    """The newest cleaner-offset vector among the routed segments (empty if none was cleaned):
-    what each leader epoch's cleaner reached, as the latest cleaning leader recorded it."""
-    best: Mapping[int, int] | None = None
+    """The cleaner-offset vector of the newest *complete* round among the routed segments
+    (empty if none): what each leader epoch's cleaner reached, as the latest cleaning leader
+    recorded it.
+
+    A round publishes its segments in offset order and always rewrites the dirty segments, the
+    last of which ends just below the round's end offset; so a round whose segment holding
+    ``end - 1`` is not (at least) of its generation was interrupted, and the previous complete
+    round's vector is the truth: a rerun then redoes the whole interrupted round.
+    """
+    by_generation: dict[tuple[int, int], Mapping[int, int]] = {}
     for segment in chain:
-        vector = segment.cleaner_offsets
-        if vector and (best is None or _generation(vector) > _generation(best)):
-            best = vector
-    return dict(best) if best else {}
+        if segment.cleaner_offsets:
+            by_generation.setdefault(_generation(segment.cleaner_offsets), segment.cleaner_offsets)
+    if not by_generation:
+        return {}
+    start = chain[0].start_offset
+    for generation in sorted(by_generation, reverse=True):
+        last = generation[1] - 1
+        if last < start:
+            return dict(by_generation[generation])
+        holder = next((s for s in chain if s.start_offset <= last <= s.end_offset), None)
+        if holder is None or (
+            holder.cleaner_offsets and _generation(holder.cleaner_offsets) >= generation
+        ):
+            return dict(by_generation[generation])
+    return {}
 
 
 def round_vector(
@@ -157,6 +176,11 @@ class TieredCleanResult(CleanResult):
 
     bytes_downloaded: int = 0
     bytes_uploaded: int = 0
+    resolved_checkpoint: int | None = None
+    """The cleaner offset the RLMM's newest complete round gives (the checkpoint the node
+    adopts even when this round had nothing to do)."""
+    orphans_deleted: int = 0
+    """Uploads of an interrupted round of an earlier epoch that were never published."""
     segments_skipped: int = 0
     """Clean-section segments the Bloom filters ruled out (not downloaded)."""
     remote_bytes: int = 0
@@ -183,6 +207,9 @@ class TieredCleaner:
     scratch: str | None = None
     false_positive_rate: float = DEFAULT_FALSE_POSITIVE_RATE
     summaries: dict[RemoteLogSegmentId, SegmentSummary | None] = field(default_factory=dict)
+    swept: set[tuple[TopicIdPartition, int]] = field(default_factory=set)
+    """(partition, leader epoch) whose earlier epochs' unpublished uploads were swept."""
+    round_now_ms: int | None = None
     """Compaction summaries already fetched, by segment id (segments never change)."""
 
     def _summary(self, segment: RemoteLogSegmentMetadata) -> SegmentSummary | None:
@@ -283,7 +310,9 @@ class TieredCleaner:
             end_offset=plan.first_uncleanable_offset,
             cleanable_ratio=plan.cleanable_ratio,
             checkpoint_reset=plan.checkpoint_reset,
+            resolved_checkpoint=resolved[max(resolved)] if resolved else None,
         )
+        self.round_now_ms = now
         if not chain or not (
             plan.eligible(config.min_cleanable_dirty_ratio) or (force and plan.cleanable_bytes > 0)
         ):
@@ -398,6 +427,11 @@ class TieredCleaner:
             result.published.append(written.uploaded)
             result.bytes_uploaded += written.uploaded.segment_size_in_bytes
             result.segments_written += 1
+        if result.published:
+            # After this epoch's vectors are published: a zombie's upload that lands later is
+            # fenced as it arrives, so deleting unpublished uploads cannot pull data from under
+            # a segment readers are routed to.
+            result.orphans_deleted = self._sweep_orphans(log, tip, chain, resolved, leader_epoch)
         result.segments_read = len(rewrite)
         result.cleaned = True
         result.end_offset = end_offset
@@ -414,6 +448,42 @@ class TieredCleaner:
         )
         return result
 
+    def _sweep_orphans(
+        self,
+        log: LocalLog,
+        tip: TopicIdPartition,
+        chain: Sequence[RemoteLogSegmentMetadata],
+        resolved: Mapping[int, int],
+        leader_epoch: int,
+    ) -> int:
+        """Once per leader epoch, after its first publication: delete what an earlier epoch's
+        interrupted round uploaded and never published. Those objects sit under ids derived
+        from a segment of the chain this round started from and that epoch
+        (``cleaned_segment_id``), which a new leader's rounds never reuse, so nothing else would
+        ever delete them. Looks at the (at most three) epochs before this one, from the
+        newest one that cleaned."""
+        key = (tip, leader_epoch)
+        if key in self.swept:
+            return 0
+        self.swept.add(key)
+        floor = max(resolved) if resolved else -1
+        lineage = [e.epoch for e in log.leader_epoch_cache.epoch_entries()]
+        epochs = sorted(e for e in set(lineage) if floor <= e < leader_epoch)[-3:]
+        if not epochs or not chain:
+            return 0
+        known = {s.remote_log_segment_id for s in self.rlmm.list_remote_log_segments(tip)}
+        deleted = 0
+        for segment in chain:
+            for epoch in epochs:
+                orphan = cleaned_segment_id(segment.remote_log_segment_id, epoch)
+                if orphan in known:
+                    continue
+                self.rsm.delete_log_segment_data(
+                    dataclasses.replace(segment, remote_log_segment_id=orphan)
+                )
+                deleted += 1
+        return deleted
+
     def _publish(self, metadata: RemoteLogSegmentMetadata, custom: object) -> None:
         """COPY_SEGMENT_STARTED then COPY_SEGMENT_FINISHED, each visible before the next step;
         an id an interrupted attempt already published is finished, not added again."""
@@ -426,7 +496,7 @@ class TieredCleaner:
         self.rlmm.update_remote_log_segment_metadata(
             RemoteLogSegmentMetadataUpdate(
                 metadata.remote_log_segment_id,
-                int(time.time() * 1000),
+                int(time.time() * 1000) if self.round_now_ms is None else self.round_now_ms,
                 custom,  # type: ignore[arg-type]
                 RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
                 self.broker_id,
