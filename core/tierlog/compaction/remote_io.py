@@ -9,8 +9,10 @@ once when they run on the same host; the rewrite deletes it when done.
 
 A cleaned segment is uploaded with ``copy_log_segment_data`` under a new id derived from the id it
 replaces and the leader epoch of the round (``cleaned_segment_id``): a rerun of an interrupted
-round recreates the same id and overwrites what the interrupted attempt uploaded, so a crash
-between upload and publication leaves nothing unreferenced behind.
+round in the same epoch recreates the same id and overwrites what the interrupted attempt
+uploaded; a leader of a later epoch deletes an earlier epoch's unpublished uploads once it has
+published its own first round (``tiered.TieredCleaner``), so a crash between upload and
+publication leaves nothing unreferenced behind for long.
 """
 
 from __future__ import annotations
