@@ -151,13 +151,8 @@ def test_a_value_changed_in_a_cleaned_remote_segment_fails_the_run_by_name(
 
 
 def test_replaced_segments_left_in_remote_storage_fail_the_run(tmp_path: Path) -> None:
-    def keep_replaced_segments(node: Node) -> None:
-        assert node.rlm is not None
-        node.rlm.superseded_delete_delay_ms = 3_600_000
-
-    result, progress = quickstart(
-        tmp_path / "qs", after_compaction=keep_replaced_segments, timeout_s=10
-    )
+    an_hour = {"remote.log.compaction.superseded.delete.delay.ms": 3_600_000}
+    result, progress = quickstart(tmp_path / "qs", extra_props=an_hour, timeout_s=10)
     assert not result.ok
     assert result.problems == [
         f"the expiration task did not delete {result.replaced_segments} replaced remote "

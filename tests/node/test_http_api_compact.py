@@ -284,9 +284,8 @@ def test_a_blocked_round_keeps_the_stream_alive_with_heartbeats(
         lines = []
         for line in stream_lines(resp):
             lines.append(line)
-            if "elapsed_s" in line:
-                # The round is stuck in its first upload: only heartbeats can have come.
-                assert not release.is_set()
+            if "elapsed_s" in line and not release.is_set():
+                # A heartbeat while the round is stuck in its first upload: let it go on.
                 release.set()
     finally:
         release.set()

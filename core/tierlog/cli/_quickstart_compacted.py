@@ -15,14 +15,15 @@ with ``cleanup.policy=compact`` and ``remote.storage.enable=true``. It:
    first, so that the whole history is in remote storage);
 4. runs a cleaning round (``LogCleanerManager.clean_partition``, what ``Node.compact_now``
    runs, with progress) on the chosen engine: it reads the segments (still on local disk, or
-   downloaded), uploads a cleaned segment for each, and publishes them; local retention can
-   now drop the local copies, which are below the cleaner checkpoint;
+   downloaded), uploads a cleaned segment for each, and publishes them; local retention then
+   drops the local copies, now below the cleaner checkpoint (the quickstart waits for it: the
+   local log starts at its end);
 5. produces a few updates of a handful of keys and deletes one cold key (phase 2), tiers them,
    and runs a second round: the segments cleaned by the first round are read only if their
    Bloom filters may hold one of those keys (the rest are never downloaded), which the summary
    shows as Bloom skips;
-6. waits for local retention to drop every local copy (the local log then starts at its end)
-   and for the expiration task to delete every remote segment the rounds replaced (after
+6. waits for local retention to drop the local copies again, and for the expiration task to
+   delete every remote segment the rounds replaced (after
    ``remote.log.compaction.superseded.delete.delay.ms``), and checks through the RSM that their
    data is gone;
 7. consumes the whole topic from its log start, all of it from remote storage, checking that
@@ -500,7 +501,6 @@ def run_compacted_quickstart(
         if after_compaction is not None:
             after_compaction(node)
         if not result.problems:
-            run.wait_for_local_retention()
             run.wait_for_expiration()
         before = calls.snapshot()
         if not result.problems:
@@ -567,6 +567,10 @@ class _Run:
             chain = self.chain(p)
             self.replaced.update((s.remote_log_segment_id, s) for s in chain)
             self.clean(number, p, chain)
+        if not self.result.problems:
+            # Before anything else: the next round then finds the segments this one cleaned
+            # in remote storage only, and downloads what it reads of them.
+            self.wait_for_local_retention()
 
     def produce(self, number: int, writes: list[list[_Write]]) -> None:
         result = self.result
@@ -655,7 +659,7 @@ class _Run:
     # After the rounds --------------------------------------------------------------------------
     def wait_for_local_retention(self) -> None:
         """Until local retention has dropped every local copy (all below the cleaner
-        checkpoint now): the local log starts at its end."""
+        checkpoint after a round): the local log starts at its end."""
         deadline = time.monotonic() + self.wait_s
         last_line = ""
         while True:
