@@ -139,6 +139,10 @@ def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
     ]
 
 
+def _verb(options: list[str]) -> str:
+    return "applies" if len(options) == 1 else "apply"
+
+
 def _check_form(args: argparse.Namespace) -> str:
     """``"node"`` or ``"offline"``; a usage error names what is missing or misplaced."""
     on_node = args.topic is not None or args.partition is not None
@@ -153,7 +157,8 @@ def _check_form(args: argparse.Namespace) -> str:
         misplaced = _given(args, _OFFLINE_ONLY)
         if misplaced:
             raise InvalidArgumentError(
-                f"{', '.join(misplaced)} apply to a partition directory (offline): on a node "
+                f"{', '.join(misplaced)} {_verb(misplaced)} to a partition directory (offline): "
+                "on a node "
                 "the round uses the node's engine (remote.log.compaction.engine) and the "
                 "topic's configuration (tierlog topics alter)"
             )
@@ -161,8 +166,8 @@ def _check_form(args: argparse.Namespace) -> str:
     misplaced = _given(args, _NODE_ONLY)
     if misplaced:
         raise InvalidArgumentError(
-            f"{', '.join(misplaced)} apply to a node's partition (--topic, --partition), not to "
-            "a partition directory"
+            f"{', '.join(misplaced)} {_verb(misplaced)} to a node's partition (--topic, "
+            "--partition), not to a partition directory"
         )
     if args.engine != "spark" and (args.spark_master or args.spark_conf):
         raise ConfigError("--spark-master and --spark-conf need --engine spark")
