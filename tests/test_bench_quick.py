@@ -51,6 +51,17 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     "rsm": {
         "": {"backends", "errors", "size_mib", "memory_mib"},
     },
+    "compaction": {
+        "": {"input", "kafka", "tierlog", "ratios", "bloom", "many_keys", "breakdown"},
+        "input": {"bytes", "records", "keys", "segments", "scale"},
+        "kafka": {"rounds", "round_count", "several_rounds", "mb_per_s", "records_per_s"},
+        "tierlog": {"python", "spark_local1", "spark_local2"},
+        "tierlog.spark_local2": {"seconds", "mb_per_s", "records_per_s", "session_s", "stages"},
+        "ratios": {"spark_vs_kafka", "spark_vs_python", "local2_vs_local1"},
+        "bloom": {"remote_bytes", "with_filters", "without_filters", "fraction_with"},
+        "many_keys": {"keys", "kafka_capacity", "kafka", "tierlog", "one_round"},
+        "many_keys.tierlog": {"keys_mapped", "rounds"},
+    },
     "rlmm_bootstrap": {
         "": {"sizes", "largest", "latency", "goal_ratio"},
         "largest": {"events", "ready_s", "records_per_s", "bare_records_per_s", "ratio"},
@@ -104,7 +115,7 @@ def check_run(name: str, out: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "name", ["log_append", "log_format", "metadata_cache", "rlm", "rlmm_bootstrap"]
+    "name", ["compaction", "log_append", "log_format", "metadata_cache", "rlm", "rlmm_bootstrap"]
 )
 def test_quick_run_writes_its_figures_and_chart(name: str, tmp_path: Path) -> None:
     check_run(name, tmp_path)

@@ -1,0 +1,1634 @@
+"""Benchmark of compaction: tierlog's engines against Kafka's own LogCleaner on the same bytes.
+
+Run: ``.venv/bin/python bench/compaction.py [--size-mib 1024] [--many-keys 6000000]``
+(``--quick``: every phase on a few MiB, Kafka's broker included, with Kafka's dedupe buffer
+scaled down so that the many-keys phase still needs several Kafka rounds: a smoke run whose
+figures mean nothing, written to ``--out`` or a temporary directory). Needs Java 17 and Kafka's
+jars (``scripts/services/kafka.py``, Maven the first time) and the Spark extra
+(``pip install -e '.[spark]'``). A full run takes 15-20 minutes on the project's 2-core
+machines.
+
+**The input** is produced once to a real Apache Kafka 4.3.1 broker (``scripts/services/kafka.py``,
+``log.cleaner.backoff.ms=100``, Kafka's cleaner defaults otherwise: one thread, a 128 MiB dedupe
+buffer) into a compacted topic created with cleaning held off (``min.compaction.lag.ms`` of ten
+years, as ``tests/integration/_cleaner_oracle.py`` does), by an idempotent confluent-kafka
+producer (``--batch-kib`` 64 KiB batches, ``--codec`` none): ``--size-mib`` of records whose keys
+are drawn uniformly from ``--keys`` (default: ~10 versions per key), values of 50-350 bytes of
+hex text, ``--tombstones`` (5%) of them tombstones. ``segment.bytes`` is ``--segment-mib``
+(64 MiB: a segment is a Spark task, so a 1 GiB log in Kafka's default 1 GiB segment would be one
+task). The active segment is then rolled (``segment.ms`` set to 1 ms and one more record
+appended), so that all the produced bytes are cleanable, and the partition directory is copied
+with the high watermark and tierlog's clean-shutdown checkpoint beside it: those **same bytes**
+are what Kafka cleans and what every tierlog engine cleans (each on a fresh copy, in the page
+cache as Kafka's are).
+
+**The peer**: cleaning is released on the broker (``min.compaction.lag.ms=0``) and Kafka's
+LogCleaner cleans the topic; its throughput is read from the stats block it logs per round
+(``N MB of log processed in S seconds``, ``Start size: ... (M messages)``; MB there are MiB), the
+round's time also from the log timestamps of ``Beginning cleaning of log`` and of the stats block
+(millisecond precision). The rounds are counted: more than one means the dedupe buffer filled.
+
+**tierlog**: ``clean_partition_dir`` (one round) on a fresh copy each, timed as a whole (log
+opening included) with the engine's two passes timed inside it: (a) ``PythonEngine`` in this
+process; (b) ``SparkEngine`` on ``local[1]`` and (c) on ``local[2]``, each in a child process of
+its own (a fresh JVM, ``--spark-driver-memory``, Spark's default JVM options: no SerialGC or
+C1-only flags, which slow heavy work), the session start-up and a first job that starts the
+Python workers timed apart from the clean. Records/s and MB/s count what the round's pass 2 read
+(Kafka's ``Start size``). Ratios: Spark local[2] / Kafka (goal >= 0.5), Spark local[2] /
+Python (goal >= 1), local[2] / local[1] (goal >= 1.6). tierlog's survivors are counted against
+Kafka's ``End size`` messages.
+
+**Where the time goes**: the engines' pass 1 (scan) and pass 2 (rewrite) times, and, on the first
+``--profile-mib`` of the input in this process, single-threaded, each layer of the scan that a
+Spark task runs: reading the files, framing batches with their CRC, decoding records, the
+(key, offset) rows of ``iter_segment_rows``, and those rows as Arrow batches
+(``spark_engine._scan_batches``, what ``mapInArrow`` gets); the PythonEngine's pass 1
+(``scan_segment``) beside them.
+
+**Bloom filters**: a tiered partition (``LocalLog``, the ``local`` RSM, the ``embedded`` RLMM, as
+``tests/compaction/test_tiered.py`` builds it) of ``--bloom-mib`` in ``--bloom-segment-kib``
+segments, every key in two versions, cleaned once through remote storage (every segment gets its
+compaction summary), its local copies dropped by local retention; then a small dirty range (new
+versions of ``--bloom-dirty-keys`` keys, all from ``--bloom-touched`` old segments) is tiered and
+cleaned again: bytes downloaded by that round with the filters, and on an identical partition
+without them (a ``TieredCleaner`` whose ``_summary`` returns None: every segment is read), as a
+fraction of the remote bytes in the round's range (goal <= 10%). PythonEngine.
+
+**Many keys**: a second topic on the same broker with ``--many-keys`` keys (default 6,000,000:
+more than the 5,033,164 a default dedupe buffer holds at load factor 0.9), each written once in
+order and a third of them again, small values: Kafka's rounds counted from its log, and
+``clean_partition_dir`` with ``SparkEngine`` on ``local[2]`` (a child process) mapping every key
+in one round. Its topic has ``min.cleanable.dirty.ratio=0.01`` so that Kafka's later rounds are
+eligible (tierlog gets the same configuration).
+
+Writes ``bench/results/compaction.json`` (or ``--out``) and, if matplotlib is importable,
+``compaction.png`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# shared by every benchmark
+from _report import drop_workdir, parse_args, pyplot, save_chart, verdict, write_results
+
+from tierlog.compaction.engine import GroupOutput, GroupTask, PythonEngine, ScanOutcome
+from tierlog.compaction.offline import clean_partition_dir
+from tierlog.compaction.rewrite import RetentionContext
+from tierlog.log.cleaner_checkpoint import write_offset_checkpoint
+from tierlog.log.log_config import LogConfig
+from tierlog.log.reader import iter_batches
+from tierlog.log.recovery import OffsetsCheckpoint, write_offsets_checkpoint
+from tierlog.progress import Progress
+from tierlog.spi import TopicPartition
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "scripts") not in sys.path:
+    sys.path.insert(0, str(REPO / "scripts"))
+
+# mypy finds services with MYPYPATH=scripts; without it the module is Any (hence unused-ignore).
+from services import kafka as kafka_service  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
+
+MIB = 1 << 20
+GOAL_VS_KAFKA = 0.5
+GOAL_VS_PYTHON = 1.0
+GOAL_SCALING = 1.6
+GOAL_BLOOM = 0.10
+KAFKA_DEDUPE_BUFFER = 128 * MIB
+KAFKA_LOAD_FACTOR = 0.9
+KAFKA_MAP_ENTRY = 24
+"""Bytes per slot of Kafka's ``SkimpyOffsetMap``: a 16-byte MD5 and an 8-byte offset."""
+HOLD_LAG_MS = 10 * 365 * 86_400_000
+"""``min.compaction.lag.ms`` that holds cleaning off: every segment is younger than that."""
+KEY_FORMAT = b"key-%010d"
+POOL_BYTES = 1 << 20
+VALUE_SIZES = (50, 350)
+MANY_KEYS_VALUE_SIZES = (8, 40)
+MANY_KEYS_REPEAT = 1 / 3
+CHECKPOINT_TIMEOUT_S = 1800.0
+STALL_S = 120.0
+"""Kafka's cleaner is taken as stuck when its checkpoint, rounds and round starts stay the same
+this long (a round in progress logs nothing until it ends: a 1 GiB round takes well under)."""
+SKIPPED_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+QUICK_BUFFER = 2 * MIB
+QUICK_LOAD_FACTOR = 0.01
+"""Quick mode's dedupe buffer: 87,381 slots x 0.01 = 873 keys, so a few thousand keys need
+several Kafka rounds (Kafka requires more than 1 MiB of buffer per cleaner thread)."""
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def kafka_capacity(buffer_bytes: int, load_factor: float, threads: int = 1) -> int:
+    """Keys Kafka's offset map holds (``SkimpyOffsetMap``: slots of 24 bytes, filled to the
+    load factor)."""
+    slots = min(buffer_bytes // threads, 2**31 - 1) // KAFKA_MAP_ENTRY
+    return int(slots * load_factor)
+
+
+# The workload ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload:
+    """What is produced to one topic: ``records`` keyed records, deterministic for ``seed``.
+
+    ``sequential`` writes every key once in order first, then ``records - keys`` more versions
+    of random keys; otherwise every record's key is drawn uniformly from ``keys``."""
+
+    topic: str
+    records: int
+    keys: int
+    value_sizes: tuple[int, int]
+    tombstones: float
+    sequential: bool
+    seed: int
+
+    def chunks(self, size: int = 100_000) -> Iterator[tuple[list[int], list[int], list[int]]]:
+        """(keys, value lengths, value starts in the pool) per chunk; length -1: tombstone."""
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed)
+        low, high = self.value_sizes
+        for start in range(0, self.records, size):
+            n = min(size, self.records - start)
+            if self.sequential:
+                index = np.arange(start, start + n)
+                keys = np.where(index < self.keys, index, rng.integers(0, self.keys, n))
+            else:
+                keys = rng.integers(0, self.keys, n)
+            lengths = rng.integers(low, high + 1, n)
+            lengths[rng.random(n) < self.tombstones] = -1
+            starts = rng.integers(0, POOL_BYTES - high, n)
+            yield keys.tolist(), lengths.tolist(), starts.tolist()
+
+
+def value_pool(seed: int) -> bytes:
+    """Hex text values are cut from: half random, so a codec shrinks it but not away."""
+    import numpy as np
+
+    return np.random.default_rng(seed).bytes(POOL_BYTES // 2).hex().encode()
+
+
+def estimated_record_bytes(value_sizes: tuple[int, int], tombstones: float = 0.0) -> float:
+    """A record's bytes in a batch: key, mean value (none for a tombstone), ~9 bytes of
+    varints and attributes."""
+    return len(KEY_FORMAT % 0) + (1 - tombstones) * sum(value_sizes) / 2 + 9
+
+
+# Kafka -------------------------------------------------------------------------------------------
+@dataclass
+class Broker:
+    """The broker under test, with a confluent-kafka admin client."""
+
+    service: Any
+    admin: Any
+
+    @property
+    def data(self) -> Path:
+        return Path(self.service.directory) / "data"
+
+    def partition_dir(self, topic: str) -> Path:
+        return self.data / f"{topic}-0"
+
+    def log_text(self) -> str:
+        return Path(self.service.log_path).read_text(errors="replace")
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float, interval: float = 0.1) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def create_topic(broker: Broker, topic: str, configs: Mapping[str, str]) -> None:
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    futures = broker.admin.create_topics([NewTopic(topic, 1, 1, config=dict(configs))])
+    futures[topic].result(60)
+
+    def has_leader() -> bool:
+        meta = broker.admin.list_topics(topic, timeout=30).topics.get(topic)
+        return bool(
+            meta and meta.error is None and meta.partitions and meta.partitions[0].leader >= 0
+        )
+
+    wait_for(has_leader, f"topic {topic} to have a leader", 60)
+
+
+def alter_topic(broker: Broker, topic: str, changes: Mapping[str, str]) -> None:
+    """Set topic configs and wait until the broker describes them."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    for future in broker.admin.incremental_alter_configs([resource]).values():
+        future.result(60)
+
+    def applied() -> bool:
+        described = broker.admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+        values = next(iter(described.values())).result(60)
+        return all(values[k].value == v for k, v in changes.items())
+
+    wait_for(applied, f"{topic} to have {dict(changes)}", 60)
+
+
+def segment_bases(directory: Path) -> list[int]:
+    return sorted(int(p.name[:20]) for p in directory.glob("*.log"))
+
+
+def log_end_offset(directory: Path) -> int:
+    """The offset after the last batch of the active segment."""
+    active = segment_bases(directory)[-1]
+    end = active
+    for _, header in iter_batches(directory / f"{active:020d}.log", verify_crc=False):
+        end = header.next_offset
+    return end
+
+
+def log_bytes(directory: Path, *, below: int | None = None) -> int:
+    return sum(
+        (directory / f"{b:020d}.log").stat().st_size
+        for b in segment_bases(directory)
+        if below is None or b < below
+    )
+
+
+@dataclass
+class Produced:
+    topic: str
+    records: int
+    keys: int
+    seconds: float
+    cleanable_bytes: int
+    """Bytes of the sealed segments (all that was produced; the active one holds the roll)."""
+    segments: int
+    active_base: int
+    log_end: int
+
+
+def produce(broker: Broker, workload: Workload, pool: bytes, batch_kib: int, codec: str) -> float:
+    """Produce ``workload`` (idempotent, acks=all); the seconds it took."""
+    from confluent_kafka import Producer
+
+    failures: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.service.url,
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": codec,
+            "linger.ms": 20,
+            "batch.size": batch_kib * 1024,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 256 * 1024,
+            "on_delivery": delivered,
+        }
+    )
+    send = producer.produce
+    topic = workload.topic
+    t0 = time.perf_counter()
+    done = 0
+    try:
+        with Progress(f"produce {topic}", total=workload.records, unit="records") as progress:
+            for keys, lengths, starts in workload.chunks():
+                for key, length, start in zip(keys, lengths, starts, strict=True):
+                    value = None if length < 0 else pool[start : start + length]
+                    while True:
+                        try:
+                            send(topic, value, KEY_FORMAT % key, partition=0)
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+                producer.poll(0)
+                done += len(keys)
+                progress.update(done)
+            remaining = producer.flush(300)
+    finally:
+        producer.close()
+    if remaining or failures:
+        raise RuntimeError(
+            f"producing to {topic}: {remaining} undelivered, {len(failures)} failed "
+            f"({failures[:3]})"
+        )
+    return time.perf_counter() - t0
+
+
+def roll(broker: Broker, topic: str) -> int:
+    """Seal the active segment (``segment.ms`` 1 ms, then one more record, which Kafka appends
+    to a new segment); the new active segment's base."""
+    from confluent_kafka import Producer
+
+    directory = broker.partition_dir(topic)
+    before = segment_bases(directory)[-1]
+    alter_topic(broker, topic, {"segment.ms": "1"})
+    producer = Producer({"bootstrap.servers": broker.service.url, "acks": "all"})
+    deadline = time.monotonic() + 60
+    try:
+        while segment_bases(directory)[-1] == before:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}'s active segment {before} did not roll")
+            producer.produce(topic, b"roll", b"roll", partition=0)
+            if producer.flush(60):
+                raise RuntimeError(f"the roll record of {topic} was not delivered")
+    finally:
+        producer.close()
+    return segment_bases(directory)[-1]
+
+
+def copy_partition(source: Path, target: Path) -> None:
+    """Copy a partition directory's files (not those of a swap or deletion in progress)."""
+    target.mkdir(parents=True)
+    for path in sorted(source.iterdir()):
+        if path.is_file() and not path.name.endswith(SKIPPED_SUFFIXES):
+            shutil.copy2(path, target / path.name)
+
+
+def save_input(broker: Broker, topic: str, into: Path) -> Path:
+    """Copy the partition as Kafka holds it into ``into/<topic>-0``, with what a broker keeps
+    beside it: the high watermark (``replication-offset-checkpoint``, the log end: the
+    producer waited for every record) and tierlog's clean-shutdown checkpoint, so tierlog loads
+    the files as they are, as Kafka's cleaner works on the log as the broker holds it."""
+    source = broker.partition_dir(topic)
+    target = into / source.name
+    copy_partition(source, target)
+    end = log_end_offset(target)
+    write_offset_checkpoint(
+        into / "replication-offset-checkpoint", {TopicPartition(topic, 0): end}, sync=False
+    )
+    write_offsets_checkpoint(
+        target,
+        OffsetsCheckpoint(
+            recovery_point=end, log_start_offset=0, high_watermark=end, clean_shutdown=True
+        ),
+        sync=False,
+    )
+    return target
+
+
+def fresh_copy(input_dir: Path, into: Path) -> Path:
+    """A copy of a saved input (its log directory: the partition and the high watermark)."""
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    shutil.copy2(input_dir.parent / "replication-offset-checkpoint", into)
+    target = into / input_dir.name
+    copy_partition(input_dir, target)
+    return target
+
+
+_TS = r"\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]"
+_BEGIN = re.compile(_TS + r" INFO .*?Beginning cleaning of log (?P<log>\S+)")
+_NUM = r"[\d,]+(?:\.\d+)?"
+_BLOCK = re.compile(
+    _TS + r" INFO [^\n]*\n\s*Log cleaner thread (?P<thread>\d+) cleaned log (?P<log>\S+) "
+    r"\(dirty section = \[(?P<first>\d+), (?P<end>\d+)\]\)\n"
+    rf"\s*(?P<mb>{_NUM}) MB of log processed in (?P<secs>{_NUM}) seconds "
+    r"\((?P<rate>\S+) MB/sec\)\.\n"
+    rf"\s*Indexed (?P<imb>{_NUM}) MB in (?P<isecs>{_NUM}) seconds [^\n]*\n"
+    rf"\s*Buffer utilization: (?P<util>{_NUM})%\n"
+    rf"\s*Cleaned (?P<cmb>{_NUM}) MB in (?P<csecs>{_NUM}) seconds [^\n]*\n"
+    rf"\s*Start size: (?P<smb>{_NUM}) MB \((?P<smsg>[\d,]+) messages\)\n"
+    rf"\s*End size: (?P<emb>{_NUM}) MB \((?P<emsg>[\d,]+) messages\)\n"
+)
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _ms(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000
+
+
+@dataclass
+class KafkaRound:
+    """One round of Kafka's cleaner, as its stats block reports it."""
+
+    first_dirty: int
+    end: int
+    mb: float
+    """MiB of log processed (pass 2 bytes read: the ``Start size``)."""
+    seconds: float
+    """Kafka's own round time (one decimal)."""
+    logged_ms: float | None
+    """From the log timestamps of ``Beginning cleaning`` and of the stats block."""
+    indexed_mb: float
+    index_seconds: float
+    buffer_utilization: float
+    cleaned_seconds: float
+    start_messages: int
+    end_mb: float
+    end_messages: int
+    lines: list[str]
+    """The stats block, as logged."""
+
+
+def kafka_rounds(text: str, topic: str) -> list[KafkaRound]:
+    """Every round Kafka's cleaner logged for partition 0 of ``topic``, in order."""
+    name = f"{topic}-0"
+    begins = [(m.start(), _ms(m["ts"])) for m in _BEGIN.finditer(text) if m["log"] == name]
+    rounds = []
+    for m in _BLOCK.finditer(text):
+        if m["log"] != name:
+            continue
+        began = [ms for at, ms in begins if at < m.start()]
+        logged = _ms(m["ts"]) - began[-1] if began else None
+        rounds.append(
+            KafkaRound(
+                first_dirty=int(m["first"]),
+                end=int(m["end"]),
+                mb=_num(m["mb"]),
+                seconds=_num(m["secs"]),
+                logged_ms=logged,
+                indexed_mb=_num(m["imb"]),
+                index_seconds=_num(m["isecs"]),
+                buffer_utilization=_num(m["util"]),
+                cleaned_seconds=_num(m["csecs"]),
+                start_messages=int(m["smsg"].replace(",", "")),
+                end_mb=_num(m["emb"]),
+                end_messages=int(m["emsg"].replace(",", "")),
+                lines=[line.strip() for line in m.group(0).splitlines()[1:]],
+            )
+        )
+    return rounds
+
+
+def cleaner_checkpoint(broker: Broker, topic: str) -> int | None:
+    path = broker.data / "cleaner-offset-checkpoint"
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines[2:]:
+        parts = line.split(" ")
+        if len(parts) == 3 and parts[0] == topic and parts[1] == "0":
+            return int(parts[2])
+    return None
+
+
+def kafka_clean(broker: Broker, produced: Produced) -> dict[str, Any]:
+    """Release cleaning of the topic and wait for Kafka's cleaner to reach its active segment;
+    its rounds, from its log."""
+    topic = produced.topic
+    t0 = time.perf_counter()
+    alter_topic(broker, topic, {"min.compaction.lag.ms": "0"})
+    seen: list[tuple[int, int, int]] = []
+    last_change = time.monotonic()
+    with Progress(
+        f"Kafka's LogCleaner on {topic}", total=produced.active_base, unit="offsets"
+    ) as progress:
+
+        def done() -> bool:
+            nonlocal last_change
+            text = broker.log_text()
+            checkpoint = cleaner_checkpoint(broker, topic) or 0
+            rounds = kafka_rounds(text, topic)
+            state = (checkpoint, len(rounds), text.count(f"Beginning cleaning of log {topic}-0"))
+            if state != (seen[-1] if seen else None):
+                seen.append(state)
+                last_change = time.monotonic()
+                progress.update(min(checkpoint, produced.active_base))
+            elif time.monotonic() - last_change > STALL_S:
+                raise RuntimeError(
+                    f"Kafka's cleaner stopped at {checkpoint} on {topic} (active segment "
+                    f"{produced.active_base}) after {len(rounds)} rounds: nothing for "
+                    f"{STALL_S:.0f} s"
+                )
+            return checkpoint >= produced.active_base and bool(
+                rounds and rounds[-1].end >= produced.active_base
+            )
+
+        wait_for(done, f"Kafka's cleaner to clean {topic}", CHECKPOINT_TIMEOUT_S, 0.2)
+    wall = time.perf_counter() - t0
+    rounds = kafka_rounds(broker.log_text(), topic)
+    seconds = sum(r.seconds for r in rounds)
+    logged = [r.logged_ms for r in rounds]
+    logged_s = sum(ms for ms in logged if ms is not None) / 1000 if None not in logged else None
+    # Throughput of a complete clean: the input (every produced record, all in the sealed
+    # segments) over every round's time (a later round re-reads what earlier ones kept). Kafka's
+    # own figure (0.1 s steps) unless it is too coarse to divide by.
+    timed = seconds if seconds >= 1.0 else logged_s
+    return {
+        "rounds": [asdict(r) for r in rounds],
+        "round_count": len(rounds),
+        "several_rounds": len(rounds) > 1,
+        "seconds": seconds,
+        "logged_seconds": logged_s,
+        "release_to_checkpoint_s": wall,
+        "mb_read": sum(r.mb for r in rounds),
+        "records_read": sum(r.start_messages for r in rounds),
+        "bytes": produced.cleanable_bytes,
+        "records": produced.records,
+        "end_messages": rounds[-1].end_messages,
+        "timed_seconds": timed,
+        "mb_per_s": produced.cleanable_bytes / 1e6 / timed if timed else None,
+        "records_per_s": produced.records / timed if timed else None,
+        "first_round_own_mb_per_s": (
+            rounds[0].mb / rounds[0].seconds if rounds[0].seconds else None
+        ),
+    }
+
+
+# tierlog -----------------------------------------------------------------------------------------
+class TimedEngine:
+    """An engine whose two passes are timed (the rewrite without the time the caller spends
+    between groups, swapping them in)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.scan_s = 0.0
+        self.rewrite_s = 0.0
+
+    def scan(self, tasks: Sequence[Any], **kwargs: Any) -> ScanOutcome:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.scan(tasks, **kwargs)  # type: ignore[no-any-return]
+        finally:
+            self.scan_s += time.perf_counter() - t0
+
+    def bloom_hits(self, blooms: Mapping[int, Any]) -> set[int]:
+        return self.inner.bloom_hits(blooms)  # type: ignore[no-any-return]
+
+    def scan_more(self, tasks: Sequence[Any], **kwargs: Any) -> ScanOutcome:
+        t0 = time.perf_counter()
+        try:
+            return self.inner.scan_more(tasks, **kwargs)  # type: ignore[no-any-return]
+        finally:
+            self.scan_s += time.perf_counter() - t0
+
+    def rewrite(
+        self,
+        groups: Sequence[GroupTask],
+        *,
+        ctx: RetentionContext,
+        config: LogConfig,
+        progress: Any = None,
+    ) -> Iterator[GroupOutput]:
+        outputs = self.inner.rewrite(groups, ctx=ctx, config=config, progress=progress)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                out = next(outputs)
+            except StopIteration:
+                self.rewrite_s += time.perf_counter() - t0
+                return
+            self.rewrite_s += time.perf_counter() - t0
+            yield out
+
+
+class PhaseProgress:
+    """The clean's ``progress(phase, done, total)`` as one progress line set per phase."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self._phase: str | None = None
+        self._bar: Progress | None = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase != self._phase:
+            self.close()
+            self._phase = phase
+            name = "pass 1 (offset map)" if phase == "map" else "pass 2 (rewrite)"
+            self._bar = Progress(f"{self.label}: {name}", total=total, unit="tasks").__enter__()
+        assert self._bar is not None
+        # A Spark phase counts the tasks of its stages, which appear as they are planned.
+        self._bar.total = max(float(total), self._bar.total)
+        self._bar.update(done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def run_clean(
+    directory: Path, config: Mapping[str, str], engine: Any, label: str
+) -> dict[str, Any]:
+    """``clean_partition_dir`` on ``directory`` with ``engine``, timed; its figures."""
+    timed = TimedEngine(engine)
+    progress = PhaseProgress(label)
+    t0 = time.perf_counter()
+    try:
+        result = clean_partition_dir(
+            directory, config=dict(config), engine=timed, progress=progress
+        )
+    finally:
+        progress.close()
+    seconds = time.perf_counter() - t0
+    if not result.cleaned:
+        raise RuntimeError(f"{label}: the round did not clean ({result.summary_line()})")
+    stats = result.stats
+    log(f"  {label}: {result.summary_line()}; {seconds:.1f} s in all")
+    return {
+        "seconds": seconds,
+        "round_s": result.elapsed_s,
+        "scan_s": timed.scan_s,
+        "rewrite_s": timed.rewrite_s,
+        "other_s": seconds - timed.scan_s - timed.rewrite_s,
+        "bytes_read": stats.bytes_read,
+        "bytes_written": stats.bytes_written,
+        "records_read": stats.records_read,
+        "records_written": stats.records_written,
+        "keys_mapped": result.keys_mapped,
+        "rounds": 1,
+        "first_dirty_offset": result.first_dirty_offset,
+        "end_offset": result.end_offset,
+        "segments_read": result.segments_read,
+        "segments_written": result.segments_written,
+        "mb_per_s": stats.bytes_read / 1e6 / seconds,
+        "records_per_s": stats.records_read / seconds,
+    }
+
+
+# Spark, in child processes -----------------------------------------------------------------------
+def _warm_up(_x: int) -> int:
+    return _x
+
+
+def spark_child(spec_path: Path) -> int:
+    """Run the Spark cleans of ``spec_path`` (JSON: runs, each a master, a directory, the
+    topic config) in this process, a session each (the JVM is shared: only the first
+    session's JVM options count), with Spark's event log on; write the figures beside it."""
+    from tierlog.compaction.spark_engine import SparkEngine
+    from tierlog.compaction.spark_session import (
+        SparkSettings,
+        local_threads,
+        spark_session,
+        stop_spark_session,
+    )
+
+    spec = json.loads(spec_path.read_text())
+    events = spec_path.parent / "events"
+    events.mkdir(exist_ok=True)
+    conf = {
+        **spec["conf"],
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events.as_uri(),
+        "spark.eventLog.compress": "false",
+    }
+    results = []
+    for n, run in enumerate(spec["runs"]):
+        master = run["master"]
+        t0 = time.perf_counter()
+        spark = spark_session(
+            SparkSettings(master=master, app_name="tierlog-bench-compaction", conf=conf)
+        )
+        session_s = time.perf_counter() - t0
+        spark.sparkContext.setLogLevel("ERROR")
+        threads = local_threads(master) or 2
+        t0 = time.perf_counter()
+        spark.sparkContext.parallelize(range(threads), threads).map(_warm_up).count()
+        first_job_s = time.perf_counter() - t0
+        log(f"  {run['label']}: session {session_s:.1f} s, first job {first_job_s:.1f} s")
+        figures = run_clean(Path(run["dir"]), run["config"], SparkEngine(spark), run["label"])
+        stop_spark_session()  # closes the event log
+        figures.update(
+            master=master,
+            session_s=session_s,
+            first_job_s=first_job_s,
+            reused_jvm=n > 0,
+            stages=spark_stages(newest(events)),
+        )
+        results.append(figures)
+    (spec_path.parent / "results.json").write_text(json.dumps(results))
+    return 0
+
+
+def newest(directory: Path) -> Path:
+    return max(directory.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+
+
+def spark_stages(event_log: Path) -> list[dict[str, Any]]:
+    """Every stage of a Spark application's event log, in order: its job group's phase (the
+    engine names its job groups ``...-map`` and ``...-clean``), its call site, wall time and
+    its tasks' times (longest, sum) and how many read no record (empty partitions)."""
+    groups: dict[int, str] = {}
+    stages: dict[int, dict[str, Any]] = {}
+    tasks: dict[int, list[tuple[float, int]]] = {}
+    # Spark 4 rolls its event log: a directory of events_<n>_<app> files.
+    files = (
+        sorted(event_log.glob("events_*"), key=lambda p: int(p.name.split("_")[1]))
+        if event_log.is_dir()
+        else [event_log]
+    )
+    for line in (line for path in files for line in path.read_text().splitlines()):
+        if line:
+            event = json.loads(line)
+            kind = event["Event"]
+            if kind == "SparkListenerJobStart":
+                group = (event.get("Properties") or {}).get("spark.jobGroup.id") or ""
+                for stage in event["Stage IDs"]:
+                    groups[stage] = group.rsplit("-", 1)[-1] if group else "other"
+            elif kind == "SparkListenerStageCompleted":
+                info = event["Stage Info"]
+                stages[info["Stage ID"]] = info
+            elif kind == "SparkListenerTaskEnd":
+                task, metrics = event["Task Info"], event.get("Task Metrics") or {}
+                read = (metrics.get("Shuffle Read Metrics") or {}).get("Total Records Read", 0)
+                read += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
+                ms = task["Finish Time"] - task["Launch Time"]
+                tasks.setdefault(event["Stage ID"], []).append((ms, read))
+    out = []
+    for stage_id, info in sorted(stages.items(), key=lambda s: s[1].get("Submission Time", 0)):
+        if "Completion Time" not in info or "Submission Time" not in info:
+            continue
+        times = tasks.get(stage_id, [])
+        out.append(
+            {
+                "stage": stage_id,
+                "phase": groups.get(stage_id, "other"),
+                "name": re.sub(r" at \S*/", " at ", info["Stage Name"]),
+                "seconds": (info["Completion Time"] - info["Submission Time"]) / 1000,
+                "tasks": info["Number of Tasks"],
+                "task_max_s": max((ms for ms, _ in times), default=0) / 1000,
+                "task_sum_s": sum(ms for ms, _ in times) / 1000,
+                "empty_tasks": sum(1 for _, read in times if read == 0),
+            }
+        )
+    return out
+
+
+def run_spark(
+    runs: list[dict[str, Any]], conf: Mapping[str, str], workdir: Path
+) -> list[dict[str, Any]]:
+    """Run ``runs`` in one child process (see ``spark_child``); their figures."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec = workdir / "spec.json"
+    spec.write_text(json.dumps({"runs": runs, "conf": dict(conf)}))
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--spark-child", str(spec)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the Spark child process failed ({done.returncode}); see above")
+    figures: list[dict[str, Any]] = json.loads((workdir / "results.json").read_text())
+    return figures
+
+
+# Where the time goes -----------------------------------------------------------------------------
+def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, Any]:
+    """Each layer of a scan task, single-threaded, on the first segments of the input up to
+    ``limit_bytes`` (see the module docstring)."""
+    import pyarrow as pa
+
+    from tierlog.compaction.engine import SegmentTask
+    from tierlog.compaction.scan import (
+        iter_raw_batches,
+        iter_segment_rows,
+        records_of,
+        scan_segment,
+    )
+    from tierlog.compaction.spark_engine import _scan_batches
+    from tierlog.compaction.txn import AbortedIndex
+
+    bases = [b for b in segment_bases(input_dir) if b < end_offset]
+    paths: list[Path] = []
+    total = 0
+    for base in bases:
+        if total >= limit_bytes:
+            break
+        path = input_dir / f"{base:020d}.log"
+        paths.append(path)
+        total += path.stat().st_size
+    all_paths = list(paths)
+    aborted = AbortedIndex([])
+    records = 0
+
+    def read() -> None:
+        for path in paths:
+            with path.open("rb", buffering=0) as f:
+                while f.read(MIB):
+                    pass
+
+    def frame() -> None:
+        for path in paths:
+            for _ in iter_raw_batches(path):
+                pass
+
+    def decode() -> None:
+        nonlocal records
+        records = 0
+        for path in paths:
+            for header, data in iter_raw_batches(path):
+                records += len(records_of(header, data))
+
+    def rows() -> None:
+        for path in paths:
+            for _ in iter_segment_rows(path, aborted=aborted, end_offset=end_offset):
+                pass
+
+    def arrow() -> None:
+        tasks = tuple(
+            SegmentTask(index=i, base_offset=int(p.name[:20]), next_offset=end_offset, path=str(p))
+            for i, p in enumerate(paths)
+        )
+        batch = pa.RecordBatch.from_arrays([pa.array(range(len(tasks)), pa.int32())], ["index"])
+        for _ in _scan_batches(tasks, (), 0, end_offset, [batch]):
+            pass
+
+    def python_scan() -> None:
+        for path in paths:
+            scan_segment(path, aborted=aborted, first_dirty_offset=0, end_offset=end_offset)
+
+    # Untimed: the first Arrow arrays of a process pay for pyarrow's lazy initialisation.
+    first = paths[:1]
+    paths = first
+    arrow()
+    paths = all_paths
+    steps: list[tuple[str, str, Callable[[], None]]] = [
+        ("read", "read the files (page cache)", read),
+        ("frame", "+ frame batches, CRC (iter_raw_batches)", frame),
+        ("decode", "+ decode records (records_of)", decode),
+        ("rows", "+ (key, offset) rows (iter_segment_rows)", rows),
+        ("arrow", "+ Arrow batches (spark_engine._scan_batches)", arrow),
+        ("python_scan", "PythonEngine pass 1 (scan_segment)", python_scan),
+    ]
+    out: dict[str, Any] = {"bytes": total, "segments": len(paths), "steps": {}}
+    with Progress("where the time goes", total=len(steps), unit="steps") as progress:
+        for name, label, step in steps:
+            t0 = time.perf_counter()
+            step()
+            seconds = time.perf_counter() - t0
+            out["steps"][name] = {"label": label, "seconds": seconds}
+            progress.advance()
+    out["records"] = records
+    for step in out["steps"].values():
+        step["mb_per_s"] = total / 1e6 / step["seconds"]
+        step["us_per_record"] = step["seconds"] * 1e6 / records if records else None
+    return out
+
+
+# Bloom filters -----------------------------------------------------------------------------------
+def bloom_phase(
+    workdir: Path, size: int, segment_bytes: int, dirty_keys: int, touched: int, seed: int
+) -> dict[str, Any]:
+    """Bytes downloaded by a round whose dirty keys touch ``touched`` old segments, with the
+    Bloom filters and without them (two identical partitions)."""
+    with_filters = bloom_round(
+        workdir / "with", size, segment_bytes, dirty_keys, touched, seed, use_filters=True
+    )
+    without = bloom_round(
+        workdir / "without", size, segment_bytes, dirty_keys, touched, seed, use_filters=False
+    )
+    return {
+        "size_bytes": with_filters["remote_bytes"],
+        "segment_bytes": segment_bytes,
+        "segments": with_filters["segments"],
+        "dirty_keys": dirty_keys,
+        "touched_segments": touched,
+        "remote_bytes": with_filters["remote_bytes"],
+        "with_filters": with_filters,
+        "without_filters": without,
+        "fraction_with": with_filters["fraction"],
+        "fraction_without": without["fraction"],
+    }
+
+
+def bloom_round(
+    directory: Path,
+    size: int,
+    segment_bytes: int,
+    dirty_keys: int,
+    touched: int,
+    seed: int,
+    *,
+    use_filters: bool,
+) -> dict[str, Any]:
+    import random
+
+    from tierlog.compaction.remote_io import StorageSpec, register_open
+    from tierlog.compaction.tiered import TieredCleaner, remote_chain
+    from tierlog.log.batch import build_batch
+    from tierlog.log.local_log import LocalLog
+    from tierlog.log.record import Record
+    from tierlog.metadata.embedded import EmbeddedRemoteLogMetadataManager
+    from tierlog.spi import TopicIdPartition, Uuid
+    from tierlog.storage.local import LocalTieredStorage
+
+    class NoFilters(TieredCleaner):
+        """Ignores every compaction summary: each clean segment is downloaded."""
+
+        def _summary(self, segment: Any) -> None:
+            return None
+
+    label = "with Bloom filters" if use_filters else "without Bloom filters"
+    now = [1_700_000_000_000]
+    topic_id = Uuid.from_string("RuB4a0pkRrS8hgDZ5Jrp_A")
+    tip = TopicIdPartition(topic_id, "bloom", 0)
+    config: dict[str, object] = {
+        "cleanup.policy": "compact",
+        "remote.storage.enable": True,
+        "segment.bytes" if segment_bytes >= MIB else "internal.segment.bytes": segment_bytes,
+        "min.cleanable.dirty.ratio": 0.01,
+        "delete.retention.ms": 86_400_000,
+        "local.retention.ms": 1000,
+    }
+    log_ = LocalLog.open(
+        directory / "log" / "bloom-0",
+        config,
+        clock=lambda: now[0],
+        sync=False,
+        topic_id=topic_id,
+        high_watermark_follows_leo=True,
+    )
+    rsm = LocalTieredStorage()
+    rsm.configure({"dir": str(directory / "remote"), "node.id": "0"})
+    rlmm = EmbeddedRemoteLogMetadataManager()
+    rlmm.configure({"dir": str(directory / "rlmm")})
+    rlmm.on_partition_leadership_changes({tip}, set())
+    spec = StorageSpec.of("local", {"dir": str(directory / "remote"), "node.id": "0"})
+    register_open(spec, rsm)
+    cleaner_class = TieredCleaner if use_filters else NoFilters
+    cleaner = cleaner_class(rlmm, rsm, spec, broker_id=0, scratch=str(directory / "scratch"))
+    rng = random.Random(seed)
+    pool = value_pool(seed)
+    try:
+        # Every key in two consecutive versions: round 1 halves the log, nothing is shared
+        # between segments, so a dirty key lives in exactly one old segment. Timestamps in the
+        # past (local retention keeps a segment with future timestamps).
+        n = 0
+        past = now[0] - 3_600_000
+        with Progress(f"bloom ({label}): build", total=size, unit="bytes") as progress:
+            while log_.size() < size:
+                records = []
+                for j in range(100):
+                    start = rng.randrange(POOL_BYTES - 200)
+                    records.append(
+                        Record(j, past + n // 100, KEY_FORMAT % (n // 2), pool[start : start + 150])
+                    )
+                    n += 1
+                log_.append_as_leader(build_batch(records), 0)
+                progress.update(log_.size())
+        log_.roll()
+        tier(log_, rsm, rlmm, tip, now[0])
+        first = cleaner.clean(
+            log_,
+            tip,
+            leader_epoch=0,
+            checkpoint=None,
+            now_ms=now[0],
+            force=True,
+            engine=PythonEngine(),
+        )
+        chain = remote_chain(rlmm, tip, log_)
+        now[0] += 100_000
+        log_.delete_retention_segments(now=now[0])
+        # New versions of keys of ``touched`` old segments, spread over the log.
+        picks = [chain[(i + 1) * len(chain) // (touched + 1)] for i in range(touched)]
+        records = []
+        for i in range(dirty_keys):
+            segment = picks[i % touched]
+            key = (
+                segment.start_offset + rng.randrange(segment.end_offset - segment.start_offset)
+            ) // 2
+            records.append(Record(i, now[0] - 1000, KEY_FORMAT % key, b"new-%d" % i))
+        log_.append_as_leader(build_batch(records), 0)
+        log_.roll()
+        tier(log_, rsm, rlmm, tip, now[0])
+        t0 = time.perf_counter()
+        second = cleaner.clean(
+            log_,
+            tip,
+            leader_epoch=0,
+            checkpoint=None,
+            now_ms=now[0],
+            force=True,
+            engine=PythonEngine(),
+        )
+        seconds = time.perf_counter() - t0
+    finally:
+        log_.close()
+        rlmm.close()
+    log(
+        f"  bloom ({label}): {second.bytes_downloaded:,} of {second.remote_bytes:,} remote "
+        f"bytes downloaded, {second.segments_skipped} segments skipped, {seconds:.1f} s"
+    )
+    return {
+        "segments": len(chain),
+        "first_round_bytes_downloaded": first.bytes_downloaded,
+        "remote_bytes": second.remote_bytes,
+        "bytes_downloaded": second.bytes_downloaded,
+        "fraction": second.bytes_downloaded / second.remote_bytes,
+        "segments_skipped": second.segments_skipped,
+        "segments_read": second.segments_read,
+        "segments_published": len(second.published),
+        "seconds": seconds,
+        "local_segments_left": len(log_.segments),
+    }
+
+
+def tier(log_: Any, rsm: Any, rlmm: Any, tip: Any, now: int) -> None:
+    """Copy the sealed segments above the highest offset in remote storage, as the RLM copy
+    task does (metadata started, files copied, metadata finished)."""
+    from tierlog.spi import (
+        RemoteLogSegmentId,
+        RemoteLogSegmentMetadata,
+        RemoteLogSegmentMetadataUpdate,
+        RemoteLogSegmentState,
+    )
+
+    highest = log_.highest_offset_in_remote_storage
+    for segment in [s for s in log_.sealed_segments() if s.base_offset > highest]:
+        inputs = log_.segment_copy_inputs(segment)
+        metadata = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId.generate_new(tip),
+            inputs.start_offset,
+            inputs.end_offset,
+            inputs.largest_timestamp,
+            0,
+            now,
+            inputs.size_in_bytes,
+            inputs.segment_leader_epochs,
+            txn_idx_empty=inputs.txn_index_empty,
+        )
+        rlmm.add_remote_log_segment_metadata(metadata).result()
+        custom = rsm.copy_log_segment_data(metadata, inputs.data)
+        rlmm.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(
+                metadata.remote_log_segment_id,
+                now,
+                custom,
+                RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                0,
+            )
+        ).result()
+        log_.update_highest_offset_in_remote_storage(inputs.end_offset)
+
+
+# Sizes -------------------------------------------------------------------------------------------
+def mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def plan_sizes(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The input sizes this machine allows, and why a requested one was scaled down.
+
+    Disk: Kafka's copy of each input, the saved input and one working copy with its cleaned
+    output at a time, plus the Bloom partitions (two, each local and remote): ~4x the main input
+    and the many-keys input. Memory: the Spark driver, the broker and a Python offset map of the
+    many-keys input (~150 bytes a key)."""
+    requested = args.size_mib * MIB
+    many_bytes = int(
+        args.many_keys * (1 + MANY_KEYS_REPEAT) * estimated_record_bytes(MANY_KEYS_VALUE_SIZES)
+    )
+    fixed = 4 * many_bytes + 4 * args.bloom_mib * MIB + 2 * 1024 * MIB
+    free = shutil.disk_usage(workdir).free
+    size, reasons = requested, []
+    if fixed + 4 * size > free:
+        size = max(64 * MIB, (free - fixed) // 4)
+        reasons.append(
+            f"disk: {free / 2**30:.1f} GiB free in {workdir}, the run needs ~4x the input"
+        )
+    available = mem_available()
+    needed = (int(args.spark_driver_memory.rstrip("gG")) + 1) * 2**30 + 150 * args.many_keys
+    if available is not None and needed > available:
+        reasons.append(
+            f"memory: {available / 2**30:.1f} GiB available, the run needs "
+            f"~{needed / 2**30:.1f} GiB (Spark driver, broker, offset maps)"
+        )
+    if args.quick:
+        reasons.append("--quick")
+    elif args.size_mib != DEFAULT_SIZE_MIB:
+        reasons.append(f"--size-mib {args.size_mib} asked for (default {DEFAULT_SIZE_MIB})")
+    return {
+        "requested_bytes": DEFAULT_SIZE_MIB * MIB,
+        "bytes": size,
+        "scaled": size < DEFAULT_SIZE_MIB * MIB,
+        "reasons": reasons,
+        "disk_free": free,
+        "mem_available": available,
+    }
+
+
+DEFAULT_SIZE_MIB = 1024
+
+
+# Report ------------------------------------------------------------------------------------------
+def rate(figures: Mapping[str, Any]) -> str:
+    return (
+        f"{figures['records_per_s'] / 1e3:8,.0f}k rec/s {figures['mb_per_s']:7,.1f} MB/s"
+        if figures.get("records_per_s")
+        else "n/a"
+    )
+
+
+def print_report(results: dict[str, Any], *, quick: bool) -> None:
+    inp, kafka, tl, ratios = (
+        results["input"],
+        results["kafka"],
+        results["tierlog"],
+        results["ratios"],
+    )
+    print()
+    print(
+        f"Compaction of one partition, Kafka {results['kafka_version']} LogCleaner vs tierlog "
+        f"({results['cpus']} CPUs, Python {results['python']})"
+    )
+    scale = inp["scale"]
+    note = "; ".join(scale["reasons"]) if scale["reasons"] else "as requested"
+    print(
+        f"input: {inp['bytes'] / MIB:,.0f} MiB in {inp['segments']} segments of "
+        f"{inp['segment_bytes'] / MIB:,.2f} MiB, {inp['records']:,} records, {inp['keys']:,} keys "
+        f"(~{inp['records'] / inp['keys']:.1f} versions each), {inp['tombstones']:.0%} "
+        f"tombstones, codec {inp['codec']}, {inp['batch_kib']} KiB batches; produced in "
+        f"{inp['produce_s']:.0f} s"
+    )
+    if scale["scaled"] or scale["reasons"]:
+        print(
+            f"  size: {scale['bytes'] / MIB:,.0f} MiB instead of "
+            f"{scale['requested_bytes'] / MIB:,.0f} MiB: {note}"
+        )
+    print(f"{'':32} {'seconds':>8} {'throughput':>33}  pass 1 / pass 2 / other (s)")
+    print(
+        f"{'Kafka LogCleaner':32} {kafka['timed_seconds']:8.1f} {rate(kafka):>33}  "
+        + " + ".join(
+            f"round {i + 1}: index {r['index_seconds']:.1f} / clean {r['cleaned_seconds']:.1f}"
+            for i, r in enumerate(kafka["rounds"])
+        )
+    )
+    for name, label in (
+        ("python", "tierlog PythonEngine"),
+        ("spark_local1", "tierlog Spark local[1]"),
+        ("spark_local2", "tierlog Spark local[2]"),
+    ):
+        f = tl[name]
+        extra = (
+            f"; session start {f['session_s']:.1f} s + first job {f['first_job_s']:.1f} s "
+            "(not in the time)"
+            if "session_s" in f
+            else ""
+        )
+        print(
+            f"{label:32} {f['seconds']:8.1f} {rate(f):>33}  {f['scan_s']:.1f} / "
+            f"{f['rewrite_s']:.1f} / {f['other_s']:.1f}{extra}"
+        )
+    print(
+        f"  Kafka: {kafka['round_count']} round(s) "
+        f"({'several: the dedupe buffer filled' if kafka['several_rounds'] else 'one'}); "
+        f"survivors: Kafka {kafka['end_messages']:,} records, tierlog "
+        f"{tl['python']['records_written']:,} (Python), "
+        f"{tl['spark_local2']['records_written']:,} (Spark)"
+    )
+    for block in kafka["rounds"]:
+        print("  Kafka's stats block: " + " | ".join(block["lines"]))
+    for key, label, goal in (
+        ("spark_vs_kafka", "Spark local[2] / Kafka LogCleaner", GOAL_VS_KAFKA),
+        ("spark_vs_python", "Spark local[2] / PythonEngine", GOAL_VS_PYTHON),
+        ("local2_vs_local1", "Spark local[2] / local[1]", GOAL_SCALING),
+        ("python_vs_kafka", "PythonEngine / Kafka LogCleaner", None),
+    ):
+        value = ratios[key]
+        judged = "" if goal is None else f"  goal >= {goal}: {verdict(value, goal, quick=quick)}"
+        print(f"  {label:38} {value:6.2f}x{judged}")
+    for name in ("spark_local1", "spark_local2"):
+        stages = tl[name].get("stages") or []
+        job = sum(st["seconds"] for st in stages if st["phase"] in ("map", "clean"))
+        print(f"  {name} Spark stages ({job:.1f} s in the clean's jobs), longest first:")
+        for st in sorted(stages, key=lambda st: -st["seconds"])[:6]:
+            print(
+                f"    {st['phase']:5} {st['name'][:60]:60} {st['seconds']:6.1f} s, {st['tasks']:3} "
+                f"tasks ({st['empty_tasks']} empty), longest {st['task_max_s']:.1f} s, sum "
+                f"{st['task_sum_s']:.1f} s"
+            )
+    prof = results["breakdown"]
+    if prof:
+        print(
+            f"where a scan task's time goes (one thread, first {prof['bytes'] / MIB:,.0f} MiB, "
+            f"{prof['records']:,} records):"
+        )
+        for step in prof["steps"].values():
+            us = step["us_per_record"]
+            print(
+                f"  {step['label']:48} {step['seconds']:7.2f} s {step['mb_per_s']:8.1f} MB/s"
+                + (f" {us:6.2f} us/record" if us is not None else "")
+            )
+    bloom = results["bloom"]
+    w, wo = bloom["with_filters"], bloom["without_filters"]
+    print(
+        f"Bloom filters: {bloom['segments']} remote segments, {bloom['remote_bytes'] / MIB:,.1f} "
+        f"MiB; round 2's {bloom['dirty_keys']} dirty keys touch {bloom['touched_segments']} of "
+        f"them: downloaded {w['bytes_downloaded'] / MIB:,.2f} MiB with the filters "
+        f"({w['fraction']:.1%}, {w['segments_skipped']} segments skipped), "
+        f"{wo['bytes_downloaded'] / MIB:,.2f} MiB without ({wo['fraction']:.1%})  "
+        f"goal <= {GOAL_BLOOM:.0%}: {verdict(w['fraction'], GOAL_BLOOM, at_most=True, quick=quick)}"
+    )
+    many = results["many_keys"]
+    mk, mt = many["kafka"], many["tierlog"]
+    one_round = float(mt["keys_mapped"] > many["kafka_capacity"] and mt["rounds"] == 1)
+    print(
+        f"many keys: {many['keys']:,} keys in {many['records']:,} records "
+        f"({many['bytes'] / MIB:,.0f} MiB); Kafka's offset map holds {many['kafka_capacity']:,} "
+        f"keys ({many['kafka_buffer_bytes'] / MIB:,.0f} MiB, load factor "
+        f"{many['kafka_load_factor']}): Kafka cleaned in {mk['round_count']} rounds, "
+        f"{mk['timed_seconds']:.1f} s of cleaning; tierlog Spark local[2] mapped "
+        f"{mt['keys_mapped']:,} keys in {mt['rounds']} round, {mt['seconds']:.1f} s  "
+        f"{verdict(one_round, 1.0, quick=quick)}"
+    )
+    print(
+        f"total run {results['total_seconds']:.0f} s; load average at start and end: "
+        + ", ".join(
+            f"{a:.1f}" for a in (*results["load_average_start"], *results["load_average_end"])
+        )
+    )
+
+
+def chart(results: dict[str, Any], path: Path) -> bool:
+    plt = pyplot()
+    if plt is None:
+        return False
+    kafka, tl = results["kafka"], results["tierlog"]
+    fig, axes = plt.subplots(1, 4, figsize=(20, 5))
+    names = ["Kafka\nLogCleaner", "tierlog\nPython", "Spark\nlocal[1]", "Spark\nlocal[2]"]
+    figures = [kafka, tl["python"], tl["spark_local1"], tl["spark_local2"]]
+    ax = axes[0]
+    values = [(f.get("records_per_s") or 0) / 1e3 for f in figures]
+    bars = ax.bar(names, values, color=["C3", "C0", "C1", "C2"])
+    for bar, f in zip(bars, figures, strict=True):
+        ax.text(
+            bar.get_x() + bar.get_width() / 2,
+            bar.get_height(),
+            f"{(f.get('mb_per_s') or 0):.0f} MB/s",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    if kafka.get("records_per_s"):
+        ax.axhline(
+            GOAL_VS_KAFKA * kafka["records_per_s"] / 1e3,
+            color="C3",
+            linestyle="--",
+            label=f"goal: {GOAL_VS_KAFKA} x Kafka",
+        )
+        ax.legend(fontsize=8)
+    ax.set_ylabel("thousand records/s (pass-2 records read)")
+    ax.set_title(
+        f"cleaning {results['input']['bytes'] / MIB:,.0f} MiB (Kafka: {kafka['round_count']} "
+        "round(s), tierlog: 1)"
+    )
+    ax = axes[1]
+    parts = [
+        ("pass 1 (offset map)", "scan_s", "C0"),
+        ("pass 2 (rewrite)", "rewrite_s", "C1"),
+        ("open, plan, swap", "other_s", "C7"),
+    ]
+    labels = names[1:]
+    bottoms = [0.0] * 3
+    for label, key, color in parts:
+        heights = [f[key] for f in figures[1:]]
+        ax.bar(labels, heights, bottom=bottoms, color=color, label=label)
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    starts = [
+        0.0,
+        tl["spark_local1"]["session_s"] + tl["spark_local1"]["first_job_s"],
+        tl["spark_local2"]["session_s"] + tl["spark_local2"]["first_job_s"],
+    ]
+    ax.bar(
+        labels,
+        starts,
+        bottom=bottoms,
+        color="white",
+        edgecolor="C7",
+        hatch="//",
+        label="Spark start-up (not timed)",
+    )
+    index = sum(r["index_seconds"] for r in kafka["rounds"])
+    clean = sum(r["cleaned_seconds"] for r in kafka["rounds"])
+    ax.bar(["Kafka"], [index], color="C0")
+    ax.bar(["Kafka"], [clean], bottom=[index], color="C1")
+    ax.set_ylabel("seconds")
+    ax.set_title("where the time goes")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    bloom = results["bloom"]
+    fractions = [
+        100 * bloom["with_filters"]["fraction"],
+        100 * bloom["without_filters"]["fraction"],
+    ]
+    ax.bar(["with Bloom\nfilters", "without"], fractions, color=["C2", "C7"])
+    for i, v in enumerate(fractions):
+        ax.text(i, v, f"{v:.1f}%", ha="center", va="bottom", fontsize=9)
+    ax.axhline(100 * GOAL_BLOOM, color="C3", linestyle="--", label=f"goal <= {GOAL_BLOOM:.0%}")
+    ax.set_ylabel("% of the remote bytes downloaded")
+    ax.set_title(
+        f"round 2: {bloom['dirty_keys']} dirty keys in {bloom['touched_segments']} of "
+        f"{bloom['segments']} segments"
+    )
+    ax.legend(fontsize=8)
+    ax = axes[3]
+    many = results["many_keys"]
+    rounds = [many["kafka"]["round_count"], many["tierlog"]["rounds"]]
+    seconds = [many["kafka"]["timed_seconds"] or 0.0, many["tierlog"]["seconds"]]
+    ax.bar(["Kafka\nLogCleaner", "tierlog Spark\nlocal[2]"], rounds, color=["C3", "C2"])
+    for i, (r, sec) in enumerate(zip(rounds, seconds, strict=True)):
+        ax.text(i, r, f"{r} round(s), {sec:.0f} s", ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("cleaning rounds for the whole dirty range")
+    ax.set_title(f"{many['keys']:,} keys; Kafka's map holds {many['kafka_capacity']:,}")
+    return save_chart(fig, path, results, dpi=100)
+
+
+# Main --------------------------------------------------------------------------------------------
+def topic_config(segment_bytes: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The topic's configuration with Kafka's keys (``internal.segment.bytes`` below Kafka's
+    1 MiB minimum of ``segment.bytes``), as both cleaners get it."""
+    key = "segment.bytes" if segment_bytes >= MIB else "internal.segment.bytes"
+    return {"cleanup.policy": "compact", key: str(segment_bytes), **(extra or {})}
+
+
+def produce_input(
+    broker: Broker,
+    workload: Workload,
+    config: Mapping[str, str],
+    args: argparse.Namespace,
+    pool: bytes,
+    into: Path,
+) -> tuple[Produced, Path]:
+    """Create the topic with cleaning held off, produce, seal, save a copy of the partition."""
+    create_topic(broker, workload.topic, {**config, "min.compaction.lag.ms": str(HOLD_LAG_MS)})
+    seconds = produce(broker, workload, pool, args.batch_kib, args.codec)
+    active = roll(broker, workload.topic)
+    saved = save_input(broker, workload.topic, into)
+    produced = Produced(
+        topic=workload.topic,
+        records=workload.records,
+        keys=workload.keys,
+        seconds=seconds,
+        cleanable_bytes=log_bytes(saved, below=active),
+        segments=len([b for b in segment_bases(saved) if b < active]),
+        active_base=active,
+        log_end=log_end_offset(saved),
+    )
+    log(
+        f"  {workload.topic}: {produced.records:,} records, "
+        f"{produced.cleanable_bytes / MIB:,.1f} MiB in {produced.segments} sealed segments, "
+        f"{seconds:.1f} s"
+    )
+    return produced, saved
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so the broker and the working files go too."""
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGTERM, _terminated)
+    if argv[:1] == ["--spark-child"]:
+        return spark_child(Path(argv[1]))
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--size-mib", type=int, default=DEFAULT_SIZE_MIB, help="main input")
+    parser.add_argument("--segment-kib", type=int, default=64 * 1024, help="segment.bytes")
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=None,
+        help="distinct keys of the main input (default: ~10 versions a key)",
+    )
+    parser.add_argument("--tombstones", type=float, default=0.05, help="share of tombstones")
+    parser.add_argument("--codec", default="none", help="the producer's compression.type")
+    parser.add_argument("--batch-kib", type=int, default=64, help="the producer's batch.size")
+    parser.add_argument(
+        "--many-keys",
+        type=int,
+        default=6_000_000,
+        help="keys of the many-keys input (Kafka's default map holds 5,033,164)",
+    )
+    parser.add_argument("--spark-driver-memory", default="4g", help="spark.driver.memory")
+    parser.add_argument(
+        "--profile-mib", type=int, default=256, help="input read by the time breakdown (0: none)"
+    )
+    parser.add_argument("--bloom-mib", type=int, default=256, help="tiered partition size")
+    parser.add_argument("--bloom-segment-kib", type=int, default=4096, help="its segments")
+    parser.add_argument("--bloom-dirty-keys", type=int, default=100, help="round 2's keys")
+    parser.add_argument(
+        "--bloom-touched", type=int, default=2, help="old segments round 2's keys come from"
+    )
+    quick = {
+        "size_mib": 2,
+        "segment_kib": 256,
+        "many_keys": 2000,
+        "profile_mib": 1,
+        "bloom_mib": 1,
+        "bloom_segment_kib": 64,
+        "bloom_dirty_keys": 10,
+        "spark_driver_memory": "1g",
+    }
+    args, out = parse_args(parser, quick, argv)
+    workdir = Path(tempfile.mkdtemp(prefix="tierlog-compaction-bench-", dir=args.dir))
+    started = time.perf_counter()
+    scale = plan_sizes(args, workdir)
+    for reason in scale["reasons"]:
+        log(f"size: {reason}")
+    size = scale["bytes"]
+    segment_bytes = args.segment_kib * 1024
+    records = int(size / estimated_record_bytes(VALUE_SIZES, args.tombstones))
+    keys = args.keys or max(1, records // 10)
+    buffer, load_factor = KAFKA_DEDUPE_BUFFER, KAFKA_LOAD_FACTOR
+    broker_props = {"log.cleaner.backoff.ms": "100"}
+    if args.quick:
+        buffer, load_factor = QUICK_BUFFER, QUICK_LOAD_FACTOR
+        broker_props |= {
+            "log.cleaner.dedupe.buffer.size": str(buffer),
+            "log.cleaner.io.buffer.load.factor": str(load_factor),
+        }
+    capacity = kafka_capacity(buffer, load_factor)
+    # A round that ends early (the dedupe buffer filled) leaves a dirty remainder that must
+    # stay eligible for the next round.
+    main_config = topic_config(segment_bytes, {"min.cleanable.dirty.ratio": "0.01"})
+    many_config = main_config
+    results: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "kafka_version": kafka_service.KAFKA_VERSION,
+        "load_average_start": os.getloadavg(),
+        "goals": {
+            "spark_vs_kafka": GOAL_VS_KAFKA,
+            "spark_vs_python": GOAL_VS_PYTHON,
+            "local2_vs_local1": GOAL_SCALING,
+            "bloom_fraction_at_most": GOAL_BLOOM,
+        },
+        "broker_properties": broker_props,
+        "spark_conf": {"spark.driver.memory": args.spark_driver_memory},
+    }
+    pool = value_pool(args.seed)
+    main_load = Workload(
+        "bench-main", records, keys, VALUE_SIZES, args.tombstones, False, args.seed
+    )
+    many_records = int(args.many_keys * (1 + MANY_KEYS_REPEAT))
+    many_load = Workload(
+        "bench-many-keys",
+        many_records,
+        args.many_keys,
+        MANY_KEYS_VALUE_SIZES,
+        0.0,
+        True,
+        args.seed + 1,
+    )
+    service = None
+    broker: Broker | None = None
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        log("starting Apache Kafka ...")
+        t0 = time.perf_counter()
+        service = kafka_service.start_kafka(workdir / "kafka", properties=broker_props, heap="1g")
+        results["broker_start_s"] = time.perf_counter() - t0
+        broker = Broker(service, AdminClient({"bootstrap.servers": service.url}))
+        log(f"  broker at {service.url} in {results['broker_start_s']:.1f} s")
+        main_in, main_dir = produce_input(
+            broker, main_load, main_config, args, pool, workdir / "input" / "main"
+        )
+        many_in, many_dir = produce_input(
+            broker, many_load, many_config, args, pool, workdir / "input" / "many"
+        )
+        log("Kafka's LogCleaner ...")
+        kafka_main = kafka_clean(broker, main_in)
+        kafka_many = kafka_clean(broker, many_in)
+    finally:
+        # The admin client has no close(): dropped, it stops reconnecting to a broker gone.
+        broker = None
+        gc.collect()
+        if service is not None:
+            service.stop()
+            shutil.rmtree(workdir / "kafka" / "data", ignore_errors=True)
+    results["input"] = {
+        "scale": scale,
+        "bytes": main_in.cleanable_bytes,
+        "records": main_in.records + 0,
+        "keys": keys,
+        "segments": main_in.segments,
+        "segment_bytes": segment_bytes,
+        "tombstones": args.tombstones,
+        "codec": args.codec,
+        "batch_kib": args.batch_kib,
+        "value_bytes": list(VALUE_SIZES),
+        "produce_s": main_in.seconds,
+    }
+    results["kafka"] = kafka_main
+    try:
+        if args.profile_mib:
+            log("where the time goes ...")
+            results["breakdown"] = breakdown(main_dir, args.profile_mib * MIB, main_in.active_base)
+        else:
+            results["breakdown"] = None
+        log("tierlog PythonEngine ...")
+        work = workdir / "work"
+        python = run_clean(
+            fresh_copy(main_dir, work / "python"),
+            main_config,
+            PythonEngine(),
+            "tierlog PythonEngine",
+        )
+        shutil.rmtree(work / "python")
+        conf = {"spark.driver.memory": args.spark_driver_memory}
+        runs = [
+            ("spark_local1", "local[1]", main_dir, main_config, "tierlog Spark local[1]"),
+            ("spark_local2", "local[2]", main_dir, main_config, "tierlog Spark local[2]"),
+            ("many_keys", "local[2]", many_dir, many_config, "tierlog Spark local[2], many keys"),
+        ]
+        spark: dict[str, dict[str, Any]] = {}
+        if args.quick:  # one JVM for all: start-up dominates tiny inputs
+            specs = []
+            for name, master, source, config, label in runs:
+                copy = fresh_copy(source, work / name)
+                specs.append({"master": master, "dir": str(copy), "config": config, "label": label})
+            log("tierlog SparkEngine (one child process) ...")
+            for (name, *_), figures in zip(
+                runs, run_spark(specs, conf, work / "spark"), strict=True
+            ):
+                spark[name] = figures
+        else:  # a JVM each, so that no run profits from another's warm JIT
+            for name, master, source, config, label in runs:
+                log(f"{label} (child process) ...")
+                copy = fresh_copy(source, work / name)
+                spec = {"master": master, "dir": str(copy), "config": config, "label": label}
+                (spark[name],) = run_spark([spec], conf, work / f"spark-{name}")
+                shutil.rmtree(work / name)
+        log("Bloom filters ...")
+        results["bloom"] = bloom_phase(
+            workdir / "bloom",
+            args.bloom_mib * MIB,
+            args.bloom_segment_kib * 1024,
+            args.bloom_dirty_keys,
+            args.bloom_touched,
+            args.seed,
+        )
+    finally:
+        drop_workdir(args, workdir)
+    results["tierlog"] = {
+        "python": python,
+        "spark_local1": spark["spark_local1"],
+        "spark_local2": spark["spark_local2"],
+    }
+    local1, local2 = spark["spark_local1"], spark["spark_local2"]
+    kafka_rps = kafka_main["records_per_s"]
+    results["ratios"] = {
+        "spark_vs_kafka": local2["records_per_s"] / kafka_rps,
+        "spark_vs_python": local2["records_per_s"] / python["records_per_s"],
+        "local2_vs_local1": local2["records_per_s"] / local1["records_per_s"],
+        "python_vs_kafka": python["records_per_s"] / kafka_rps,
+        "local1_vs_kafka": local1["records_per_s"] / kafka_rps,
+    }
+    results["many_keys"] = {
+        "keys": args.many_keys,
+        "records": many_in.records,
+        "bytes": many_in.cleanable_bytes,
+        "kafka_buffer_bytes": buffer,
+        "kafka_load_factor": load_factor,
+        "kafka_capacity": capacity,
+        "scaled_buffer": args.quick,
+        "kafka": kafka_many,
+        "tierlog": spark["many_keys"],
+        "one_round": spark["many_keys"]["keys_mapped"] > capacity,
+    }
+    results["total_seconds"] = time.perf_counter() - started
+    results["load_average_end"] = os.getloadavg()
+    print_report(results, quick=args.quick)
+    write_results(out, "compaction", results, chart, quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
