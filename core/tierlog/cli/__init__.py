@@ -13,8 +13,8 @@ Subcommands:
   running node through its HTTP API (``--url``, default ``$TIERLOG_URL`` or
   ``http://127.0.0.1:8405``; ``tierlog.cli._client_cmds``);
 - ``quickstart``: the end-to-end demo on the embedded defaults (``tierlog.cli._quickstart``);
-- ``compact DIR``: one log-cleaner round on a partition directory, offline
-  (``tierlog.cli._compact``).
+- ``compact DIR`` | ``compact --topic T --partition P``: one log-cleaner round on a partition
+  directory, offline, or on a running node (``tierlog.cli._compact``).
 
 Exit codes: 0 success, 1 a failed check or an I/O failure (a broken pipe, an address in use),
 2 a usage or tierlog error (the message is on stderr as ``tierlog: error: ...``), 130

@@ -16,6 +16,7 @@ it in, and a crash leaves only ``.cleaned`` files, which log recovery deletes.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,8 +82,11 @@ class SegmentTask:
     scratch: str | None = None
 
     def local_path(self) -> tuple[str, int]:
-        """A local file holding the segment, and the bytes downloaded to get it."""
-        if self.path is not None:
+        """A local file holding the segment, and the bytes downloaded to get it.
+
+        A local copy that local retention deleted since the round was planned is replaced by
+        the remote one (the same bytes)."""
+        if self.path is not None and (self.remote is None or os.path.exists(self.path)):
             return self.path, 0
         if self.remote is None or self.storage is None:
             raise InvalidArgumentError(
@@ -95,7 +99,7 @@ class SegmentTask:
 
     def release(self) -> None:
         """Delete the downloaded copy (after the rewrite)."""
-        if self.path is None and self.remote is not None:
+        if self.remote is not None:
             target = scratch_dir(self.scratch) / f"{self.remote.remote_log_segment_id.id}.log"
             target.unlink(missing_ok=True)
 

@@ -683,11 +683,19 @@ class Node:
             if p.log.config.compact
         ]
 
-    def compact_now(self, topic: str, partition: int, *, force: bool = True) -> CleanResult:
-        """One cleaning round of a compacted partition now (``tierlog compact`` on a node)."""
+    def compact_now(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        force: bool = True,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> CleanResult:
+        """One cleaning round of a compacted partition now (``tierlog compact`` on a node);
+        ``progress(phase, done, total)`` follows it."""
         self._check_started()
         assert self.cleaner is not None
-        return self.cleaner.clean_partition(topic, partition, force=force)
+        return self.cleaner.clean_partition(topic, partition, force=force, progress=progress)
 
     def _check_started(self) -> None:
         if self._closed:
