@@ -1,64 +1,70 @@
 """Benchmark of compaction: tierlog's engines against Kafka's own LogCleaner on the same bytes.
 
-Run: ``.venv/bin/python bench/compaction.py [--size-mib 1024] [--many-keys 6000000]``
-(``--quick``: every phase on a few MiB, Kafka's broker included, with Kafka's dedupe buffer
-scaled down so that the many-keys phase still needs several Kafka rounds: a smoke run whose
-figures mean nothing, written to ``--out`` or a temporary directory). Needs Java 17 and Kafka's
-jars (``scripts/services/kafka.py``, Maven the first time) and the Spark extra
-(``pip install -e '.[spark]'``). A full run takes 15-20 minutes on the project's 2-core
-machines.
+Run: ``.venv/bin/python bench/compaction.py [--size-mib 1024] [--many-keys 6000000]`` (``--quick``:
+every phase on a few MiB, Kafka's broker included, with Kafka's dedupe buffer scaled down so that
+the many-keys phase still needs several Kafka rounds: a smoke run whose figures mean nothing,
+written to ``--out`` or a temporary directory). Needs Java 17 and Kafka's jars
+(``scripts/services/kafka.py``, Maven the first time) and the Spark extra (``pip install -e
+'.[spark]'``). On the project's 2-core machines a run takes ~6 minutes at the default 1 GiB and ~3
+more per extra GiB (``--quick``: about a minute).
 
 **The input** is produced once to a real Apache Kafka 4.3.1 broker (``scripts/services/kafka.py``,
 ``log.cleaner.backoff.ms=100``, Kafka's cleaner defaults otherwise: one thread, a 128 MiB dedupe
 buffer) into a compacted topic created with cleaning held off (``min.compaction.lag.ms`` of ten
-years, as ``tests/integration/_cleaner_oracle.py`` does), by an idempotent confluent-kafka
-producer (``--batch-kib`` 64 KiB batches, ``--codec`` none): ``--size-mib`` of records whose keys
-are drawn uniformly from ``--keys`` (default: ~10 versions per key), values of 50-350 bytes of
-hex text, ``--tombstones`` (5%) of them tombstones. ``segment.bytes`` is ``--segment-mib``
-(64 MiB: a segment is a Spark task, so a 1 GiB log in Kafka's default 1 GiB segment would be one
-task). The active segment is then rolled (``segment.ms`` set to 1 ms and one more record
-appended), so that all the produced bytes are cleanable, and the partition directory is copied
-with the high watermark and tierlog's clean-shutdown checkpoint beside it: those **same bytes**
-are what Kafka cleans and what every tierlog engine cleans (each on a fresh copy, in the page
-cache as Kafka's are).
+years, as ``tests/integration/_cleaner_oracle.py`` does), by an idempotent confluent-kafka producer
+(``--batch-kib`` 64 KiB batches, ``--codec`` none): ``--size-mib`` of records whose keys are drawn
+uniformly from ``--keys`` (default: ~10 versions per key), values of 50-350 bytes of hex text,
+``--tombstones`` (5%) of them tombstones. ``segment.bytes`` is ``--segment-kib`` (64 MiB: a segment
+is a Spark task, so a 1 GiB log in Kafka's default 1 GiB segment would be one task),
+``min.cleanable.dirty.ratio`` 0.01 (so that what a round cut short by the dedupe buffer leaves stays
+eligible; tierlog gets the same topic configuration). The active segment is then rolled
+(``segment.ms`` set to 1 ms and one more record appended), so that all the produced bytes are
+cleanable, and the partition directory is copied with the high watermark and tierlog's
+clean-shutdown checkpoint beside it: those **same bytes** are what Kafka cleans and what every
+tierlog engine cleans (each on a fresh copy, in the page cache as Kafka's are).
 
 **The peer**: cleaning is released on the broker (``min.compaction.lag.ms=0``) and Kafka's
-LogCleaner cleans the topic; its throughput is read from the stats block it logs per round
-(``N MB of log processed in S seconds``, ``Start size: ... (M messages)``; MB there are MiB), the
-round's time also from the log timestamps of ``Beginning cleaning of log`` and of the stats block
+LogCleaner cleans the topic; its throughput is read from the stats block it logs per round (``N MB
+of log processed in S seconds``, ``Start size: ... (M messages)``; MB there are MiB), the round's
+time also from the log timestamps of ``Beginning cleaning of log`` and of the stats block
 (millisecond precision). The rounds are counted: more than one means the dedupe buffer filled.
 
-**tierlog**: ``clean_partition_dir`` (one round) on a fresh copy each, timed as a whole (log
-opening included) with the engine's two passes timed inside it: (a) ``PythonEngine`` in this
-process; (b) ``SparkEngine`` on ``local[1]`` and (c) on ``local[2]``, each in a child process of
-its own (a fresh JVM, ``--spark-driver-memory``, Spark's default JVM options: no SerialGC or
-C1-only flags, which slow heavy work), the session start-up and a first job that starts the
-Python workers timed apart from the clean. Records/s and MB/s count what the round's pass 2 read
-(Kafka's ``Start size``). Ratios: Spark local[2] / Kafka (goal >= 0.5), Spark local[2] /
+**tierlog**: ``clean_partition_dir`` (one round) on a fresh copy each, timed as a whole (log opening
+included) with the engine's two passes timed inside it (pass 2 without the swaps between groups):
+(a) ``PythonEngine`` in this process; (b) ``SparkEngine`` on ``local[1]`` and (c) on ``local[2]``,
+each in a child process of its own (a fresh JVM, ``--spark-driver-memory``, Spark's default JVM
+options: no SerialGC or C1-only flags, which slow heavy work), the session start-up and a first job
+that starts the Python workers timed apart from the clean. Records/s and MB/s count what the round's
+pass 2 read (Kafka's ``Start size``). Ratios: Spark local[2] / Kafka (goal >= 0.5), Spark local[2] /
 Python (goal >= 1), local[2] / local[1] (goal >= 1.6). tierlog's survivors are counted against
-Kafka's ``End size`` messages.
+Kafka's ``End size`` messages. Each Spark run keeps Spark's event log, from which every stage of the
+clean's jobs is reported: its call site, phase (pass 1 or 2), wall time, task count, the longest
+task and the tasks that read nothing (empty partitions).
 
 **Where the time goes**: the engines' pass 1 (scan) and pass 2 (rewrite) times, and, on the first
-``--profile-mib`` of the input in this process, single-threaded, each layer of the scan that a
-Spark task runs: reading the files, framing batches with their CRC, decoding records, the
-(key, offset) rows of ``iter_segment_rows``, and those rows as Arrow batches
-(``spark_engine._scan_batches``, what ``mapInArrow`` gets); the PythonEngine's pass 1
-(``scan_segment``) beside them.
+``--profile-mib`` of the input in this process, single-threaded, each layer of the scan that a Spark
+task runs: reading the files, framing batches with their CRC, decoding records, the (key, offset)
+rows of ``iter_segment_rows``, and those rows as Arrow batches (``spark_engine._scan_batches``, what
+``mapInArrow`` gets); the PythonEngine's pass 1 (``scan_segment``) beside them.
 
 **Bloom filters**: a tiered partition (``LocalLog``, the ``local`` RSM, the ``embedded`` RLMM, as
 ``tests/compaction/test_tiered.py`` builds it) of ``--bloom-mib`` in ``--bloom-segment-kib``
-segments, every key in two versions, cleaned once through remote storage (every segment gets its
-compaction summary), its local copies dropped by local retention; then a small dirty range (new
-versions of ``--bloom-dirty-keys`` keys, all from ``--bloom-touched`` old segments) is tiered and
-cleaned again: bytes downloaded by that round with the filters, and on an identical partition
-without them (a ``TieredCleaner`` whose ``_summary`` returns None: every segment is read), as a
-fraction of the remote bytes in the round's range (goal <= 10%). PythonEngine.
+segments, every key in two versions, with summaries at each false-positive rate of ``--bloom-fpr``
+(0.01, tierlog's default, and 0.001: a partition each), cleaned once through remote storage (every
+segment gets its compaction summary), its local copies dropped by local retention; then one round
+per count of ``--bloom-dirty-keys`` (1, 10, 100): new versions of that many keys, all from
+``--bloom-touched`` (2) old segments, tiered and cleaned: the bytes that round downloads as a
+fraction of the remote bytes in its range, beside the expectation (the touched segments, plus a
+false positive in each other segment with probability 1 - (1 - fpr)^keys), and one last round on the
+first partition that ignores the summaries (a ``TieredCleaner`` whose ``_summary`` returns None:
+every segment is downloaded). The goal (<= 10%) is judged at the default rate with 10 dirty keys.
+PythonEngine.
 
-**Many keys**: a second topic on the same broker with ``--many-keys`` keys (default 6,000,000:
-more than the 5,033,164 a default dedupe buffer holds at load factor 0.9), each written once in
-order and a third of them again, small values: Kafka's rounds counted from its log, and
-``clean_partition_dir`` with ``SparkEngine`` on ``local[2]`` (a child process) mapping every key
-in one round. Its topic has ``min.cleanable.dirty.ratio=0.01`` so that Kafka's later rounds are
+**Many keys**: a second topic on the same broker with ``--many-keys`` keys (default 6,000,000: more
+than the 5,033,164 a default dedupe buffer holds at load factor 0.9), each written once in order and
+a third of them again, small values: Kafka's rounds counted from its log, and
+``clean_partition_dir`` with ``SparkEngine`` on ``local[2]`` (a child process) mapping every key in
+one round. Its topic has ``min.cleanable.dirty.ratio=0.01`` so that Kafka's later rounds are
 eligible (tierlog gets the same configuration).
 
 Writes ``bench/results/compaction.json`` (or ``--out``) and, if matplotlib is importable,
@@ -110,6 +116,8 @@ GOAL_VS_KAFKA = 0.5
 GOAL_VS_PYTHON = 1.0
 GOAL_SCALING = 1.6
 GOAL_BLOOM = 0.10
+BLOOM_HEADLINE_KEYS = 10
+"""The Bloom round judged against the goal: ten dirty keys (the sweep shows the others)."""
 KAFKA_DEDUPE_BUFFER = 128 * MIB
 KAFKA_LOAD_FACTOR = 0.9
 KAFKA_MAP_ENTRY = 24
@@ -895,40 +903,55 @@ def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, A
 
 # Bloom filters -----------------------------------------------------------------------------------
 def bloom_phase(
-    workdir: Path, size: int, segment_bytes: int, dirty_keys: int, touched: int, seed: int
+    workdir: Path,
+    size: int,
+    segment_bytes: int,
+    dirty_keys: Sequence[int],
+    touched: int,
+    fprs: Sequence[float],
+    seed: int,
 ) -> dict[str, Any]:
-    """Bytes downloaded by a round whose dirty keys touch ``touched`` old segments, with the
-    Bloom filters and without them (two identical partitions)."""
-    with_filters = bloom_round(
-        workdir / "with", size, segment_bytes, dirty_keys, touched, seed, use_filters=True
-    )
-    without = bloom_round(
-        workdir / "without", size, segment_bytes, dirty_keys, touched, seed, use_filters=False
-    )
+    """Bytes downloaded by rounds whose dirty keys touch ``touched`` old segments: for each
+    false-positive rate, one partition cleaned once, then one round per dirty-key count (in
+    order, each on the previous round's output, as a topic's successive rounds); on the first
+    partition a last round ignores the summaries (every segment is downloaded)."""
+    rounds = []
+    for n, fpr in enumerate(fprs):
+        counts = list(dirty_keys) + ([max(dirty_keys)] if n == 0 else [])
+        filters = [True] * len(dirty_keys) + ([False] if n == 0 else [])
+        rounds.extend(
+            bloom_rounds(
+                workdir / f"fpr-{fpr}", size, segment_bytes, counts, filters, touched, fpr, seed
+            )
+        )
+    default = [r for r in rounds if r["filters"] and r["fpr"] == fprs[0]]
+    headline = next((r for r in default if r["dirty_keys"] == BLOOM_HEADLINE_KEYS), default[0])
+    without = next(r for r in rounds if not r["filters"])
     return {
-        "size_bytes": with_filters["remote_bytes"],
         "segment_bytes": segment_bytes,
-        "segments": with_filters["segments"],
-        "dirty_keys": dirty_keys,
+        "segments": headline["segments"],
         "touched_segments": touched,
-        "remote_bytes": with_filters["remote_bytes"],
-        "with_filters": with_filters,
+        "rounds": rounds,
+        "dirty_keys": headline["dirty_keys"],
+        "false_positive_rate": headline["fpr"],
+        "remote_bytes": headline["remote_bytes"],
+        "with_filters": headline,
         "without_filters": without,
-        "fraction_with": with_filters["fraction"],
+        "fraction_with": headline["fraction"],
         "fraction_without": without["fraction"],
     }
 
 
-def bloom_round(
+def bloom_rounds(
     directory: Path,
     size: int,
     segment_bytes: int,
-    dirty_keys: int,
+    dirty_keys: Sequence[int],
+    filters: Sequence[bool],
     touched: int,
+    fpr: float,
     seed: int,
-    *,
-    use_filters: bool,
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     import random
 
     from tierlog.compaction.remote_io import StorageSpec, register_open
@@ -946,7 +969,6 @@ def bloom_round(
         def _summary(self, segment: Any) -> None:
             return None
 
-    label = "with Bloom filters" if use_filters else "without Bloom filters"
     now = [1_700_000_000_000]
     topic_id = Uuid.from_string("RuB4a0pkRrS8hgDZ5Jrp_A")
     tip = TopicIdPartition(topic_id, "bloom", 0)
@@ -973,30 +995,40 @@ def bloom_round(
     rlmm.on_partition_leadership_changes({tip}, set())
     spec = StorageSpec.of("local", {"dir": str(directory / "remote"), "node.id": "0"})
     register_open(spec, rsm)
-    cleaner_class = TieredCleaner if use_filters else NoFilters
-    cleaner = cleaner_class(rlmm, rsm, spec, broker_id=0, scratch=str(directory / "scratch"))
+
+    def cleaner(use_filters: bool) -> TieredCleaner:
+        kind = TieredCleaner if use_filters else NoFilters
+        return kind(
+            rlmm,
+            rsm,
+            spec,
+            broker_id=0,
+            scratch=str(directory / "scratch"),
+            false_positive_rate=fpr,
+        )
+
     rng = random.Random(seed)
     pool = value_pool(seed)
+    out = []
     try:
         # Every key in two consecutive versions: round 1 halves the log, nothing is shared
         # between segments, so a dirty key lives in exactly one old segment. Timestamps in the
         # past (local retention keeps a segment with future timestamps).
         n = 0
         past = now[0] - 3_600_000
-        with Progress(f"bloom ({label}): build", total=size, unit="bytes") as progress:
+        with Progress(f"bloom (fpr {fpr}): build", total=size, unit="bytes") as progress:
             while log_.size() < size:
                 records = []
                 for j in range(100):
                     start = rng.randrange(POOL_BYTES - 200)
-                    records.append(
-                        Record(j, past + n // 100, KEY_FORMAT % (n // 2), pool[start : start + 150])
-                    )
+                    key = KEY_FORMAT % (n // 2)
+                    records.append(Record(j, past + n // 100, key, pool[start : start + 150]))
                     n += 1
                 log_.append_as_leader(build_batch(records), 0)
                 progress.update(log_.size())
         log_.roll()
         tier(log_, rsm, rlmm, tip, now[0])
-        first = cleaner.clean(
+        first = cleaner(True).clean(
             log_,
             tip,
             leader_epoch=0,
@@ -1005,51 +1037,65 @@ def bloom_round(
             force=True,
             engine=PythonEngine(),
         )
-        chain = remote_chain(rlmm, tip, log_)
+        old = remote_chain(rlmm, tip, log_)
         now[0] += 100_000
         log_.delete_retention_segments(now=now[0])
-        # New versions of keys of ``touched`` old segments, spread over the log.
-        picks = [chain[(i + 1) * len(chain) // (touched + 1)] for i in range(touched)]
-        records = []
-        for i in range(dirty_keys):
-            segment = picks[i % touched]
-            key = (
-                segment.start_offset + rng.randrange(segment.end_offset - segment.start_offset)
-            ) // 2
-            records.append(Record(i, now[0] - 1000, KEY_FORMAT % key, b"new-%d" % i))
-        log_.append_as_leader(build_batch(records), 0)
-        log_.roll()
-        tier(log_, rsm, rlmm, tip, now[0])
-        t0 = time.perf_counter()
-        second = cleaner.clean(
-            log_,
-            tip,
-            leader_epoch=0,
-            checkpoint=None,
-            now_ms=now[0],
-            force=True,
-            engine=PythonEngine(),
-        )
-        seconds = time.perf_counter() - t0
+        for count, use_filters in zip(dirty_keys, filters, strict=True):
+            # New versions of keys of ``touched`` old segments, spread over the log.
+            picks = [old[(i + 1) * len(old) // (touched + 1)] for i in range(touched)]
+            records = []
+            for i in range(count):
+                segment = picks[i % touched]
+                offset = segment.start_offset + rng.randrange(
+                    segment.end_offset - segment.start_offset
+                )
+                records.append(Record(i, now[0] - 1000, KEY_FORMAT % (offset // 2), b"new"))
+            log_.append_as_leader(build_batch(records), 0)
+            log_.roll()
+            tier(log_, rsm, rlmm, tip, now[0])
+            t0 = time.perf_counter()
+            result = cleaner(use_filters).clean(
+                log_,
+                tip,
+                leader_epoch=0,
+                checkpoint=None,
+                now_ms=now[0],
+                force=True,
+                engine=PythonEngine(),
+            )
+            seconds = time.perf_counter() - t0
+            now[0] += 1000
+            chain = remote_chain(rlmm, tip, log_)
+            figures = {
+                "fpr": fpr,
+                "filters": use_filters,
+                "dirty_keys": count,
+                "segments": len(chain),
+                "first_round_bytes_downloaded": first.bytes_downloaded,
+                "remote_bytes": result.remote_bytes,
+                "bytes_downloaded": result.bytes_downloaded,
+                "fraction": result.bytes_downloaded / result.remote_bytes,
+                # The touched segments, plus a false positive in each other one with probability
+                # 1 - (1 - fpr)^keys; summaries ignored: everything.
+                "expected_fraction": (
+                    min(touched, count) / len(old) + 1 - (1 - fpr) ** count if use_filters else 1.0
+                ),
+                "segments_skipped": result.segments_skipped,
+                "segments_read": result.segments_read,
+                "seconds": seconds,
+                "local_segments": len(log_.segments),
+            }
+            out.append(figures)
+            log(
+                f"  bloom: {'filters at ' + str(fpr) if use_filters else 'no filters'}, "
+                f"{count} dirty keys: {result.bytes_downloaded:,} of {result.remote_bytes:,} "
+                f"remote bytes downloaded ({figures['fraction']:.1%}), "
+                f"{result.segments_skipped} segments skipped, {seconds:.1f} s"
+            )
     finally:
         log_.close()
         rlmm.close()
-    log(
-        f"  bloom ({label}): {second.bytes_downloaded:,} of {second.remote_bytes:,} remote "
-        f"bytes downloaded, {second.segments_skipped} segments skipped, {seconds:.1f} s"
-    )
-    return {
-        "segments": len(chain),
-        "first_round_bytes_downloaded": first.bytes_downloaded,
-        "remote_bytes": second.remote_bytes,
-        "bytes_downloaded": second.bytes_downloaded,
-        "fraction": second.bytes_downloaded / second.remote_bytes,
-        "segments_skipped": second.segments_skipped,
-        "segments_read": second.segments_read,
-        "segments_published": len(second.published),
-        "seconds": seconds,
-        "local_segments_left": len(log_.segments),
-    }
+    return out
 
 
 def tier(log_: Any, rsm: Any, rlmm: Any, tip: Any, now: int) -> None:
@@ -1112,7 +1158,7 @@ def plan_sizes(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     many_bytes = int(
         args.many_keys * (1 + MANY_KEYS_REPEAT) * estimated_record_bytes(MANY_KEYS_VALUE_SIZES)
     )
-    fixed = 4 * many_bytes + 4 * args.bloom_mib * MIB + 2 * 1024 * MIB
+    fixed = 4 * many_bytes + 3 * len(args.bloom_fpr) * args.bloom_mib * MIB + 2 * 1024 * MIB
     free = shutil.disk_usage(workdir).free
     size, reasons = requested, []
     if fixed + 4 * size > free:
@@ -1130,7 +1176,7 @@ def plan_sizes(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     if args.quick:
         reasons.append("--quick")
     elif args.size_mib != DEFAULT_SIZE_MIB:
-        reasons.append(f"--size-mib {args.size_mib} asked for (default {DEFAULT_SIZE_MIB})")
+        reasons.append(f"--size-mib {args.size_mib} (default {DEFAULT_SIZE_MIB})")
     return {
         "requested_bytes": DEFAULT_SIZE_MIB * MIB,
         "bytes": size,
@@ -1176,8 +1222,8 @@ def print_report(results: dict[str, Any], *, quick: bool) -> None:
     )
     if scale["scaled"] or scale["reasons"]:
         print(
-            f"  size: {scale['bytes'] / MIB:,.0f} MiB instead of "
-            f"{scale['requested_bytes'] / MIB:,.0f} MiB: {note}"
+            f"  size: {scale['bytes'] / MIB:,.0f} MiB (default "
+            f"{scale['requested_bytes'] / MIB:,.0f} MiB): {note}"
         )
     print(f"{'':32} {'seconds':>8} {'throughput':>33}  pass 1 / pass 2 / other (s)")
     print(
@@ -1244,14 +1290,23 @@ def print_report(results: dict[str, Any], *, quick: bool) -> None:
                 + (f" {us:6.2f} us/record" if us is not None else "")
             )
     bloom = results["bloom"]
-    w, wo = bloom["with_filters"], bloom["without_filters"]
+    w = bloom["with_filters"]
     print(
-        f"Bloom filters: {bloom['segments']} remote segments, {bloom['remote_bytes'] / MIB:,.1f} "
-        f"MiB; round 2's {bloom['dirty_keys']} dirty keys touch {bloom['touched_segments']} of "
-        f"them: downloaded {w['bytes_downloaded'] / MIB:,.2f} MiB with the filters "
-        f"({w['fraction']:.1%}, {w['segments_skipped']} segments skipped), "
-        f"{wo['bytes_downloaded'] / MIB:,.2f} MiB without ({wo['fraction']:.1%})  "
-        f"goal <= {GOAL_BLOOM:.0%}: {verdict(w['fraction'], GOAL_BLOOM, at_most=True, quick=quick)}"
+        f"Bloom filters: {bloom['segments']} remote segments of ~"
+        f"{bloom['segment_bytes'] / MIB / 2:,.1f} MiB (after round 1); each later round's dirty "
+        f"keys touch {bloom['touched_segments']} of them. Downloaded, of the remote bytes:"
+    )
+    for r in bloom["rounds"]:
+        kind = f"filters, fpr {r['fpr']:<6}" if r["filters"] else "no filters (summaries ignored)"
+        print(
+            f"  {kind:32} {r['dirty_keys']:4} dirty keys: {r['bytes_downloaded'] / MIB:8,.2f} of "
+            f"{r['remote_bytes'] / MIB:,.1f} MiB = {r['fraction']:6.1%} (expected "
+            f"{r['expected_fraction']:6.1%}: touched + 1-(1-fpr)^keys), "
+            f"{r['segments_skipped']} segments skipped"
+        )
+    print(
+        f"  goal <= {GOAL_BLOOM:.0%} at the default fpr {w['fpr']} with {w['dirty_keys']} dirty "
+        f"keys: {w['fraction']:.1%} {verdict(w['fraction'], GOAL_BLOOM, at_most=True, quick=quick)}"
     )
     many = results["many_keys"]
     mk, mt = many["kafka"], many["tierlog"]
@@ -1341,18 +1396,25 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     ax.legend(fontsize=8)
     ax = axes[2]
     bloom = results["bloom"]
-    fractions = [
-        100 * bloom["with_filters"]["fraction"],
-        100 * bloom["without_filters"]["fraction"],
-    ]
-    ax.bar(["with Bloom\nfilters", "without"], fractions, color=["C2", "C7"])
-    for i, v in enumerate(fractions):
-        ax.text(i, v, f"{v:.1f}%", ha="center", va="bottom", fontsize=9)
+    counts = sorted({r["dirty_keys"] for r in bloom["rounds"]})
+    fprs = sorted({r["fpr"] for r in bloom["rounds"] if r["filters"]}, reverse=True)
+    width = 0.8 / (len(fprs) + 1)
+    for i, fpr in enumerate(fprs):
+        by_count = {r["dirty_keys"]: r for r in bloom["rounds"] if r["filters"] and r["fpr"] == fpr}
+        xs = [j + i * width for j, c in enumerate(counts) if c in by_count]
+        ys = [100 * by_count[c]["fraction"] for c in counts if c in by_count]
+        ax.bar(xs, ys, width, label=f"filters, fpr {fpr}", color=f"C{2 + i}")
+        for x, y in zip(xs, ys, strict=True):
+            ax.text(x, y, f"{y:.0f}%", ha="center", va="bottom", fontsize=7)
+    without = bloom["without_filters"]
+    x = counts.index(without["dirty_keys"]) + len(fprs) * width
+    ax.bar([x], [100 * without["fraction"]], width, color="C7", label="summaries ignored")
+    ax.set_xticks([j + width * len(fprs) / 2 for j in range(len(counts))], [str(c) for c in counts])
+    ax.set_xlabel("dirty keys in the round")
     ax.axhline(100 * GOAL_BLOOM, color="C3", linestyle="--", label=f"goal <= {GOAL_BLOOM:.0%}")
     ax.set_ylabel("% of the remote bytes downloaded")
     ax.set_title(
-        f"round 2: {bloom['dirty_keys']} dirty keys in {bloom['touched_segments']} of "
-        f"{bloom['segments']} segments"
+        f"Bloom filters: keys in {bloom['touched_segments']} of {bloom['segments']} segments"
     )
     ax.legend(fontsize=8)
     ax = axes[3]
@@ -1406,6 +1468,20 @@ def produce_input(
     return produced, saved
 
 
+def parse_ints(text: str) -> list[int]:
+    values = sorted({int(v) for v in text.split(",") if v.strip()})
+    if not values or values[0] <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def parse_floats(text: str) -> list[float]:
+    values = [float(v) for v in text.split(",") if v.strip()]
+    if not values or not all(0 < v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected rates in (0, 1), got {text!r}")
+    return values
+
+
 def _terminated(signum: int, _frame: object) -> None:
     """SIGTERM unwinds like Ctrl-C, so the broker and the working files go too."""
     raise SystemExit(128 + signum)
@@ -1438,9 +1514,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile-mib", type=int, default=256, help="input read by the time breakdown (0: none)"
     )
-    parser.add_argument("--bloom-mib", type=int, default=256, help="tiered partition size")
-    parser.add_argument("--bloom-segment-kib", type=int, default=4096, help="its segments")
-    parser.add_argument("--bloom-dirty-keys", type=int, default=100, help="round 2's keys")
+    parser.add_argument("--bloom-mib", type=int, default=128, help="tiered partition size")
+    parser.add_argument("--bloom-segment-kib", type=int, default=2048, help="its segments")
+    parser.add_argument(
+        "--bloom-dirty-keys",
+        type=parse_ints,
+        default=parse_ints("1,10,100"),
+        help="dirty keys of the rounds after the first (one round each)",
+    )
+    parser.add_argument(
+        "--bloom-fpr",
+        type=parse_floats,
+        default=parse_floats("0.01,0.001"),
+        help="Bloom false-positive rates, the first tierlog's default (a partition each)",
+    )
     parser.add_argument(
         "--bloom-touched", type=int, default=2, help="old segments round 2's keys come from"
     )
@@ -1451,7 +1538,7 @@ def main(argv: list[str] | None = None) -> int:
         "profile_mib": 1,
         "bloom_mib": 1,
         "bloom_segment_kib": 64,
-        "bloom_dirty_keys": 10,
+        "bloom_dirty_keys": [1, 10],
         "spark_driver_memory": "1g",
     }
     args, out = parse_args(parser, quick, argv)
@@ -1593,6 +1680,7 @@ def main(argv: list[str] | None = None) -> int:
             args.bloom_segment_kib * 1024,
             args.bloom_dirty_keys,
             args.bloom_touched,
+            args.bloom_fpr,
             args.seed,
         )
     finally:
