@@ -279,6 +279,6 @@ def test_the_fast_decoder_reads_a_cleaned_segment_without_falling_back() -> None
     takes it (unknown tags beside the vector still go to the general decoder)."""
     fast = serde._fast_segment(WORKED, 0)
     assert fast is not None and fast == serde._decode_general(WORKED)
-    with_unknown = with_section("03" "000101" "0501aa" + TAG_HEX)
+    with_unknown = with_section("030001010501aa" + TAG_HEX)
     assert serde._fast_segment(with_unknown, 0) is None
     assert decode_record(with_unknown).unknown_tagged_fields == ((5, b"\xaa"),)
