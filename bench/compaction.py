@@ -511,6 +511,7 @@ def kafka_clean(broker: Broker, produced: Produced) -> dict[str, Any]:
     """Release cleaning of the topic and wait for Kafka's cleaner to reach its active segment;
     its rounds, from its log."""
     topic = produced.topic
+    load = OtherLoad()
     t0 = time.perf_counter()
     alter_topic(broker, topic, {"min.compaction.lag.ms": "0"})
     seen: list[tuple[int, int, int]] = []
@@ -541,6 +542,7 @@ def kafka_clean(broker: Broker, produced: Produced) -> dict[str, Any]:
 
         wait_for(done, f"Kafka's cleaner to clean {topic}", CHECKPOINT_TIMEOUT_S, 0.2)
     wall = time.perf_counter() - t0
+    machine = load.stop()
     rounds = kafka_rounds(broker.log_text(), topic)
     seconds = sum(r.seconds for r in rounds)
     logged = [r.logged_ms for r in rounds]
@@ -567,7 +569,69 @@ def kafka_clean(broker: Broker, produced: Produced) -> dict[str, Any]:
         "first_round_own_mb_per_s": (
             rounds[0].mb / rounds[0].seconds if rounds[0].seconds else None
         ),
+        **machine,
     }
+
+
+# Other work on the machine ----------------------------------------------------------------------
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _busy_cpu_s() -> float | None:
+    """CPU seconds every CPU of the machine has been busy since boot (``/proc/stat``)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(fields) - fields[3] - fields[4]) / _CLOCK_TICKS  # less idle and iowait
+
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants (each with its reaped children's), which
+    is the work this benchmark makes the machine do: the broker, the JVMs, Python workers."""
+    parent: dict[int, int] = {}
+    spent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parent[int(entry.name)] = int(fields[1])
+        spent[int(entry.name)] = sum(int(v) for v in fields[11:15])
+    tree, frontier = {root}, [root]
+    while frontier:
+        frontier = [pid for pid, ppid in parent.items() if ppid in frontier and pid not in tree]
+        tree.update(frontier)
+    return sum(spent.get(pid, 0) for pid in tree) / _CLOCK_TICKS
+
+
+class OtherLoad:
+    """How much of the machine other processes used during a measurement: the CPU seconds the
+    machine was busy less those of this process tree, as a share of every CPU over the wall
+    time. Other work on a 2-core machine slows every figure; the share says by how much it
+    could have."""
+
+    def __init__(self, root: int | None = None) -> None:
+        self.root = os.getpid() if root is None else root
+        self.wall = time.perf_counter()
+        self.busy = _busy_cpu_s()
+        self.ours = _tree_cpu_s(self.root)
+
+    def stop(self) -> dict[str, float | None]:
+        wall = time.perf_counter() - self.wall
+        busy = _busy_cpu_s()
+        ours = _tree_cpu_s(self.root) - self.ours
+        if busy is None or self.busy is None or wall <= 0:
+            return {"ours_cpu_s": ours, "other_cpu_s": None, "other_share": None}
+        other = max(0.0, busy - self.busy - ours)
+        return {
+            "ours_cpu_s": ours,
+            "other_cpu_s": other,
+            "other_share": other / ((os.cpu_count() or 1) * wall),
+        }
 
 
 # tierlog -----------------------------------------------------------------------------------------
@@ -648,6 +712,7 @@ def run_clean(
     """``clean_partition_dir`` on ``directory`` with ``engine``, timed; its figures."""
     timed = TimedEngine(engine)
     progress = PhaseProgress(label)
+    load = OtherLoad()
     t0 = time.perf_counter()
     try:
         result = clean_partition_dir(
@@ -656,6 +721,7 @@ def run_clean(
     finally:
         progress.close()
     seconds = time.perf_counter() - t0
+    machine = load.stop()
     if not result.cleaned:
         raise RuntimeError(f"{label}: the round did not clean ({result.summary_line()})")
     stats = result.stats
@@ -678,6 +744,7 @@ def run_clean(
         "segments_written": result.segments_written,
         "mb_per_s": stats.bytes_read / 1e6 / seconds,
         "records_per_s": stats.records_read / seconds,
+        **machine,
     }
 
 
@@ -860,6 +927,14 @@ def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, A
             for _ in iter_segment_rows(path, aborted=aborted, end_offset=end_offset):
                 pass
 
+    def latest() -> None:
+        for path in paths:
+            in_segment: dict[bytes, int] = {}
+            for found in iter_segment_rows(path, aborted=aborted, end_offset=end_offset):
+                if found.keys:
+                    in_segment.update(zip(found.keys, found.offsets, strict=True))
+            list(in_segment.items())
+
     def arrow() -> None:
         tasks = tuple(
             SegmentTask(index=i, base_offset=int(p.name[:20]), next_offset=end_offset, path=str(p))
@@ -883,6 +958,7 @@ def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, A
         ("frame", "+ frame batches, CRC (iter_raw_batches)", frame),
         ("decode", "+ decode records (records_of)", decode),
         ("rows", "+ (key, offset) rows (iter_segment_rows)", rows),
+        ("latest", "+ latest offset per key in a segment (a dict)", latest),
         ("arrow", "+ Arrow batches (spark_engine._scan_batches)", arrow),
         ("python_scan", "PythonEngine pass 1 (scan_segment)", python_scan),
     ]
@@ -1199,6 +1275,12 @@ def rate(figures: Mapping[str, Any]) -> str:
     )
 
 
+def share(figures: Mapping[str, Any]) -> str:
+    """The share of the machine other processes used during a measurement."""
+    other = figures.get("other_share")
+    return f"{'n/a':>6}" if other is None else f"{other:6.0%}"
+
+
 def print_report(results: dict[str, Any], *, quick: bool) -> None:
     inp, kafka, tl, ratios = (
         results["input"],
@@ -1225,9 +1307,10 @@ def print_report(results: dict[str, Any], *, quick: bool) -> None:
             f"  size: {scale['bytes'] / MIB:,.0f} MiB (default "
             f"{scale['requested_bytes'] / MIB:,.0f} MiB): {note}"
         )
-    print(f"{'':32} {'seconds':>8} {'throughput':>33}  pass 1 / pass 2 / other (s)")
+    print(f"{'':32} {'seconds':>8} {'throughput':>33} {'others':>6}  pass 1 / pass 2 / other (s)")
     print(
-        f"{'Kafka LogCleaner':32} {kafka['timed_seconds']:8.1f} {rate(kafka):>33}  "
+        f"{'Kafka LogCleaner':32} {kafka['timed_seconds']:8.1f} {rate(kafka):>33} "
+        f"{share(kafka)}  "
         + " + ".join(
             f"round {i + 1}: index {r['index_seconds']:.1f} / clean {r['cleaned_seconds']:.1f}"
             for i, r in enumerate(kafka["rounds"])
@@ -1246,9 +1329,13 @@ def print_report(results: dict[str, Any], *, quick: bool) -> None:
             else ""
         )
         print(
-            f"{label:32} {f['seconds']:8.1f} {rate(f):>33}  {f['scan_s']:.1f} / "
+            f"{label:32} {f['seconds']:8.1f} {rate(f):>33} {share(f)}  {f['scan_s']:.1f} / "
             f"{f['rewrite_s']:.1f} / {f['other_s']:.1f}{extra}"
         )
+    print(
+        "  others = the share of the machine's CPU time other processes used meanwhile (work "
+        "outside this benchmark slows every figure); pass 2 without the swaps between groups"
+    )
     print(
         f"  Kafka: {kafka['round_count']} round(s) "
         f"({'several: the dedupe buffer filled' if kafka['several_rounds'] else 'one'}); "
