@@ -1490,7 +1490,7 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         by_count = {r["dirty_keys"]: r for r in bloom["rounds"] if r["filters"] and r["fpr"] == fpr}
         xs = [j + i * width for j, c in enumerate(counts) if c in by_count]
         ys = [100 * by_count[c]["fraction"] for c in counts if c in by_count]
-        ax.bar(xs, ys, width, label=f"filters, fpr {fpr}", color=f"C{2 + i}")
+        ax.bar(xs, ys, width, label=f"filters, fpr {fpr}", color=("C2", "C0", "C4")[i % 3])
         for x, y in zip(xs, ys, strict=True):
             ax.text(x, y, f"{y:.0f}%", ha="center", va="bottom", fontsize=7)
     without = bloom["without_filters"]
