@@ -809,10 +809,11 @@ def newest(directory: Path) -> Path:
 def spark_stages(event_log: Path) -> list[dict[str, Any]]:
     """Every stage of a Spark application's event log, in order: its job group's phase (the
     engine names its job groups ``...-map`` and ``...-clean``), its call site, wall time and
-    its tasks' times (longest, sum) and how many read no record (empty partitions)."""
+    its tasks' times (longest, sum, the JVM's CPU in them) and how many read no record (empty
+    partitions)."""
     groups: dict[int, str] = {}
     stages: dict[int, dict[str, Any]] = {}
-    tasks: dict[int, list[tuple[float, int]]] = {}
+    tasks: dict[int, list[tuple[float, int, float]]] = {}
     # Spark 4 rolls its event log: a directory of events_<n>_<app> files.
     files = (
         sorted(event_log.glob("events_*"), key=lambda p: int(p.name.split("_")[1]))
@@ -835,7 +836,8 @@ def spark_stages(event_log: Path) -> list[dict[str, Any]]:
                 read = (metrics.get("Shuffle Read Metrics") or {}).get("Total Records Read", 0)
                 read += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
                 ms = task["Finish Time"] - task["Launch Time"]
-                tasks.setdefault(event["Stage ID"], []).append((ms, read))
+                cpu_ms = metrics.get("Executor CPU Time", 0) / 1e6
+                tasks.setdefault(event["Stage ID"], []).append((ms, read, cpu_ms))
     out = []
     for stage_id, info in sorted(stages.items(), key=lambda s: s[1].get("Submission Time", 0)):
         if "Completion Time" not in info or "Submission Time" not in info:
@@ -848,9 +850,12 @@ def spark_stages(event_log: Path) -> list[dict[str, Any]]:
                 "name": re.sub(r" at \S*/", " at ", info["Stage Name"]),
                 "seconds": (info["Completion Time"] - info["Submission Time"]) / 1000,
                 "tasks": info["Number of Tasks"],
-                "task_max_s": max((ms for ms, _ in times), default=0) / 1000,
-                "task_sum_s": sum(ms for ms, _ in times) / 1000,
-                "empty_tasks": sum(1 for _, read in times if read == 0),
+                "task_max_s": max((ms for ms, _, _ in times), default=0) / 1000,
+                "task_sum_s": sum(ms for ms, _, _ in times) / 1000,
+                # The JVM's CPU time in the tasks: a Python task's own work is in its Python
+                # worker, so the rest of its time is Python (or waiting).
+                "task_jvm_cpu_s": sum(cpu for _, _, cpu in times) / 1000,
+                "empty_tasks": sum(1 for _, read, _ in times if read == 0),
             }
         )
     return out
@@ -1362,7 +1367,7 @@ def print_report(results: dict[str, Any], *, quick: bool) -> None:
             print(
                 f"    {st['phase']:5} {st['name'][:60]:60} {st['seconds']:6.1f} s, {st['tasks']:3} "
                 f"tasks ({st['empty_tasks']} empty), longest {st['task_max_s']:.1f} s, sum "
-                f"{st['task_sum_s']:.1f} s"
+                f"{st['task_sum_s']:.1f} s (JVM CPU {st.get('task_jvm_cpu_s', 0):.1f} s)"
             )
     prof = results["breakdown"]
     if prof:
