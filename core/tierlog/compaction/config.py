@@ -19,8 +19,12 @@ tierlog's own keys, for compaction through remote storage:
   (``tierlog[spark]``, on ``remote.log.compaction.spark.master``, default ``local[*]``; see
   ``spark_session``), ``python`` in the node's process; ``auto`` is Spark when pyspark is
   installed, else the node's process;
-- ``remote.log.compaction.bloom.filter.fpp`` (0.01): the false-positive rate of the Bloom filter
-  kept with each cleaned remote segment;
+- ``remote.log.compaction.bloom.filter.fpp`` (0.01, in (0, 1)): the highest false-positive rate
+  per key of the Bloom filter kept with each cleaned remote segment;
+- ``remote.log.compaction.bloom.filter.size.ratio`` (0.01, in [0, 1)): the filter's floor as a
+  share of its segment's bytes (the KIP's ~1-2% overhead budget): a filter gets that many bits
+  when the rate needs fewer, which lowers the rate (``summary.bloom_shape``); 0 sizes by the rate
+  alone;
 - ``remote.log.compaction.scratch.dir`` (the system's temporary directory): where remote
   segments are downloaded and cleaned segments written before upload;
 - ``remote.log.compaction.superseded.delete.delay.ms`` (60000): how long a segment replaced by a
@@ -39,7 +43,7 @@ from typing import Final
 
 from tierlog.compaction.spark_session import PREFIX as SPARK_PREFIX
 from tierlog.compaction.spark_session import SparkSettings
-from tierlog.properties import ConfigKey
+from tierlog.properties import ConfigKey, ConfigValueError
 
 __all__ = ["KEYS", "CleanerConfig"]
 
@@ -58,10 +62,13 @@ KEYS: Final = (
         default="auto",
     ),
     ConfigKey(
-        "remote.log.compaction.bloom.filter.fpp",
+        "remote.log.compaction.bloom.filter.fpp", "double", minimum=0, maximum=1, default="0.01"
+    ),
+    ConfigKey(
+        "remote.log.compaction.bloom.filter.size.ratio",
         "double",
-        minimum=1e-9,
-        maximum=0.5,
+        minimum=0,
+        maximum=1,
         default="0.01",
     ),
     ConfigKey("remote.log.compaction.scratch.dir", "string", optional=True, non_empty=True),
@@ -70,6 +77,12 @@ KEYS: Final = (
     ),
 )
 _BY_NAME: Final = {k.name: k for k in KEYS}
+_OPEN_ENDS: Final = {
+    "remote.log.compaction.bloom.filter.fpp": (True, True),
+    "remote.log.compaction.bloom.filter.size.ratio": (False, True),
+}
+"""Keys whose range excludes an end (lower, upper): Kafka's ``Range`` includes both, so these
+are checked after it (a rate of 0 or 1, a filter as large as its segment, mean nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +98,7 @@ class CleanerConfig:
     log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
     remote_log_compaction_engine: str = "auto"
     remote_log_compaction_bloom_filter_fpp: float = 0.01
+    remote_log_compaction_bloom_filter_size_ratio: float = 0.01
     remote_log_compaction_scratch_dir: str | None = None
     remote_log_compaction_superseded_delete_delay_ms: int = 60_000
     spark: SparkSettings = field(default_factory=SparkSettings)
@@ -92,6 +106,14 @@ class CleanerConfig:
     def __post_init__(self) -> None:
         for key in KEYS:
             key.check(getattr(self, key.attr))
+        for name, (low_open, high_open) in _OPEN_ENDS.items():
+            key = _BY_NAME[name]
+            value = getattr(self, key.attr)
+            if (low_open and value == key.minimum) or (high_open and value == key.maximum):
+                low, high = "(" if low_open else "[", ")" if high_open else "]"
+                raise ConfigValueError(
+                    name, value, f"Value must be in {low}{key.minimum}, {key.maximum}{high}"
+                )
 
     @classmethod
     def from_props(cls, props: Mapping[str, object]) -> CleanerConfig:

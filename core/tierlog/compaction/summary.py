@@ -12,6 +12,17 @@ does not say, so that skipping a segment changes nothing Kafka's rules would hav
   whatever its keys;
 - any other segment is rewritten only if some dirty key may be in it (the filter says so).
 
+**Sizing.** A filter gets ``m = max(bits for the false-positive rate, size_ratio * segment bytes
+* 8)`` bits (``bloom_shape``): ``remote.log.compaction.bloom.filter.fpp`` (default 1%) is an upper
+bound of the per-key false-positive rate, and ``remote.log.compaction.bloom.filter.size.ratio``
+(default 1%, the KIP's "~1-2% of segment size") a storage budget the filter may always use. A
+filter sized for the rate alone takes ~1.2 bytes a key, far below that budget for records of a few
+hundred bytes, and a round's false positives grow with its dirty keys (``1 - (1 - p)^keys`` of
+the clean segments): at 1% and 10 dirty keys about 10% of the clean segments are downloaded for
+nothing, the whole of the issue's budget. The floor spends the budget on a lower rate instead.
+``k`` is the optimum for the resulting bits per key, ``round(m / n * ln 2)``, between 1 and
+``MAX_HASHES``; a ratio of 0 sizes by the rate alone.
+
 The summary is written by the cleaner for each segment it uploads (``SummaryBuilder`` observes the
 kept batches) and stored next to the segment through the RSM contract
 (``IndexType.COMPACTION_SUMMARY``), so every backend keeps it. A segment copied from the local
@@ -35,7 +46,7 @@ from typing import TYPE_CHECKING, Final
 
 from tierlog.log.batch import RecordBatch
 from tierlog.log.record import Record
-from tierlog.spi import CorruptRecordError
+from tierlog.spi import CorruptRecordError, InvalidArgumentError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,12 +54,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_FALSE_POSITIVE_RATE",
+    "DEFAULT_SIZE_RATIO",
+    "MAX_HASHES",
     "BloomFilter",
     "SegmentSummary",
     "SummaryBuilder",
+    "bloom_shape",
 ]
 
 DEFAULT_FALSE_POSITIVE_RATE: Final = 0.01
+DEFAULT_SIZE_RATIO: Final = 0.01
+"""The filter's floor as a share of its segment's bytes (the KIP's overhead budget)."""
+MAX_HASHES: Final = 30
+"""The most positions a key gets: past ~30 bits a key the rate is already below 1e-9, and each
+position costs every lookup a pass over the dirty keys."""
+MIN_BITS: Final = 64
 MAGIC: Final = b"TLCS"
 VERSION: Final = 1
 _HEAD: Final = struct.Struct(">4sbbqqqqqiq")
@@ -68,6 +88,33 @@ def _digest_halves(digests: Sequence[bytes]) -> tuple[NDArray[np.uint64], NDArra
     return raw[:, 0].astype(np.uint64), raw[:, 1].astype(np.uint64) | np.uint64(1)
 
 
+def bloom_shape(
+    keys: int, false_positive_rate: float, segment_bytes: int = 0, size_ratio: float = 0.0
+) -> tuple[int, int]:
+    """``(m, k)`` of the filter of ``keys`` distinct keys of a ``segment_bytes`` segment: the
+    bits the rate needs (``-n ln p / ln(2)^2``, at least ``MIN_BITS``) or ``size_ratio`` of the
+    segment's bits, whichever is more; ``k`` optimal for those bits a key, in [1, ``MAX_HASHES``].
+
+    More bits than the rate needs only lower the rate, so ``false_positive_rate`` stays an upper
+    bound whatever the floor adds (see the module docstring)."""
+    if not 0 < false_positive_rate < 1:
+        raise InvalidArgumentError(
+            f"Bloom filter false-positive rate must be in (0, 1), got {false_positive_rate}"
+        )
+    if not 0 <= size_ratio < 1:
+        raise InvalidArgumentError(f"Bloom filter size ratio must be in [0, 1), got {size_ratio}")
+    if keys < 0 or segment_bytes < 0:
+        raise InvalidArgumentError(
+            f"Bloom filter of {keys} keys in {segment_bytes} bytes: both must be >= 0"
+        )
+    n = max(keys, 1)
+    needed = math.ceil(-n * math.log(false_positive_rate) / (math.log(2) ** 2))
+    floor = math.ceil(size_ratio * segment_bytes * 8)
+    m = max(MIN_BITS, needed, floor)
+    k = min(MAX_HASHES, max(1, round(m / n * math.log(2))))
+    return m, k
+
+
 @dataclass(frozen=True, slots=True)
 class BloomFilter:
     """A Bloom filter of key digests (``m`` bits, ``k`` positions per key)."""
@@ -77,16 +124,20 @@ class BloomFilter:
     k: int
 
     @classmethod
-    def of(cls, digests: Sequence[bytes], false_positive_rate: float) -> BloomFilter:
-        """A filter sized for ``len(set(digests))`` keys at ``false_positive_rate``."""
+    def of(
+        cls,
+        digests: Sequence[bytes],
+        false_positive_rate: float,
+        *,
+        segment_bytes: int = 0,
+        size_ratio: float = 0.0,
+    ) -> BloomFilter:
+        """A filter of ``digests``' distinct keys shaped by ``bloom_shape`` (the rate alone
+        unless a ``size_ratio`` of ``segment_bytes`` is given)."""
         import numpy as np
 
-        if not 0 < false_positive_rate < 1:
-            raise ValueError(f"false positive rate must be in (0, 1), got {false_positive_rate}")
         unique = list(set(digests))
-        n = max(len(unique), 1)
-        m = max(64, math.ceil(-n * math.log(false_positive_rate) / (math.log(2) ** 2)))
-        k = max(1, round(m / n * math.log(2)))
+        m, k = bloom_shape(len(unique), false_positive_rate, segment_bytes, size_ratio)
         bits = np.zeros((m + 7) // 8, dtype=np.uint8)
         h1, h2 = _digest_halves(unique)
         mm = np.uint64(m)
@@ -200,7 +251,10 @@ class SummaryBuilder:
     """Collects a segment's summary from its batches as they are written."""
 
     false_positive_rate: float = DEFAULT_FALSE_POSITIVE_RATE
+    size_ratio: float = DEFAULT_SIZE_RATIO
     digests: list[bytes] = field(default_factory=list)
+    segment_bytes: int = 0
+    """Bytes of the batches written so far (the segment the filter's floor is a share of)."""
     record_count: int = 0
     first_batch_timestamp: int | None = None
     largest_timestamp: int = -1
@@ -214,6 +268,7 @@ class SummaryBuilder:
         self, header: RecordBatch, records: Iterable[Record], digests: Iterable[bytes]
     ) -> None:
         """One written batch, its records and the digests of their keys."""
+        self.segment_bytes += header.size_in_bytes
         if self.first_batch_timestamp is None:
             self.first_batch_timestamp = header.max_timestamp
         self.largest_timestamp = max(self.largest_timestamp, header.max_timestamp)
@@ -246,5 +301,10 @@ class SummaryBuilder:
             has_empty_batches=self.has_empty_batches,
             has_keyless=self.has_keyless,
             has_unstamped_tombstones=self.has_unstamped_tombstones,
-            bloom=BloomFilter.of(self.digests, self.false_positive_rate),
+            bloom=BloomFilter.of(
+                self.digests,
+                self.false_positive_rate,
+                segment_bytes=self.segment_bytes,
+                size_ratio=self.size_ratio,
+            ),
         )

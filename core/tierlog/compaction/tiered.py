@@ -15,7 +15,10 @@ runs it on demand). What it cleans and how, and why:
   exists yet.
 - **Reading**: a segment still on local disk is read from there; any other is downloaded
   through the RSM. Clean-section segments whose compaction summary says nothing in them can
-  change and whose Bloom filter holds no dirty key are not downloaded at all.
+  change and whose Bloom filter holds no dirty key are not downloaded at all. The summaries are
+  downloads too: each is fetched once per segment id (segments never change) and its bytes are
+  counted in the next round of its partition (``summary_bytes_downloaded``), whoever fetched it
+  (the cleaner manager plans every partition to pick one).
 - **Output**: each rewritten segment is uploaded under a new id with the same offsets and leader
   epochs as the one it replaces (so the RLMM routes reads to it), with its summary, and
   published (COPY_SEGMENT_STARTED, COPY_SEGMENT_FINISHED) in offset order, carrying the round's
@@ -51,7 +54,11 @@ from tierlog.compaction.faults import fault_point
 from tierlog.compaction.plan import LogToClean, SegmentInfo, cleanable_offsets, log_to_clean
 from tierlog.compaction.remote_io import StorageSpec, cleaned_segment_id, fetch_index_bytes
 from tierlog.compaction.rewrite import RetentionContext
-from tierlog.compaction.summary import DEFAULT_FALSE_POSITIVE_RATE, SegmentSummary
+from tierlog.compaction.summary import (
+    DEFAULT_FALSE_POSITIVE_RATE,
+    DEFAULT_SIZE_RATIO,
+    SegmentSummary,
+)
 from tierlog.compaction.txn import AbortedIndex, TxnEvent, decide_transactions
 from tierlog.log.local_log import LocalLog
 from tierlog.log.txn_index import AbortedTxn, decode_aborted_txns
@@ -183,6 +190,9 @@ class TieredCleanResult(CleanResult):
     """Uploads of an interrupted round of an earlier epoch that were never published."""
     segments_skipped: int = 0
     """Clean-section segments the Bloom filters ruled out (not downloaded)."""
+    summary_bytes_downloaded: int = 0
+    """Bytes of the compaction summaries fetched for the round (not in ``bytes_downloaded``):
+    the price of the skips, every summary of the chain when none was cached yet."""
     remote_bytes: int = 0
     """Bytes of the remote segments in the round's range."""
     published: list[RemoteLogSegmentMetadata] = field(default_factory=list)
@@ -206,11 +216,15 @@ class TieredCleaner:
     broker_id: int
     scratch: str | None = None
     false_positive_rate: float = DEFAULT_FALSE_POSITIVE_RATE
+    bloom_size_ratio: float = DEFAULT_SIZE_RATIO
+    """The Bloom filters' floor as a share of their segment's bytes (``summary.bloom_shape``)."""
     summaries: dict[RemoteLogSegmentId, SegmentSummary | None] = field(default_factory=dict)
+    """Compaction summaries already fetched, by segment id (segments never change)."""
     swept: set[tuple[TopicIdPartition, int]] = field(default_factory=set)
     """(partition, leader epoch) whose earlier epochs' unpublished uploads were swept."""
     round_now_ms: int | None = None
-    """Compaction summaries already fetched, by segment id (segments never change)."""
+    summary_bytes_pending: dict[TopicIdPartition, int] = field(default_factory=dict)
+    """Bytes of summaries fetched since the partition's last round (``_summary``)."""
 
     def _summary(self, segment: RemoteLogSegmentMetadata) -> SegmentSummary | None:
         key = segment.remote_log_segment_id
@@ -218,6 +232,8 @@ class TieredCleaner:
             data = fetch_index_bytes(self.rsm, segment, IndexType.COMPACTION_SUMMARY)
             summary = None
             if data is not None:
+                tip = segment.topic_id_partition
+                self.summary_bytes_pending[tip] = self.summary_bytes_pending.get(tip, 0) + len(data)
                 try:
                     summary = SegmentSummary.decode(data)
                 except CorruptRecordError as e:
@@ -313,6 +329,7 @@ class TieredCleaner:
             resolved_checkpoint=resolved[max(resolved)] if resolved else None,
         )
         self.round_now_ms = now
+        result.summary_bytes_downloaded = self.summary_bytes_pending.pop(tip, 0)
         if not chain or not (
             plan.eligible(config.min_cleanable_dirty_ratio) or (force and plan.cleanable_bytes > 0)
         ):
@@ -438,12 +455,13 @@ class TieredCleaner:
         log.set_cleaner_offset(end_offset)
         result.elapsed_s = time.monotonic() - started
         _LOG.info(
-            "%s; %d of %d clean segments skipped by their Bloom filters, %d bytes downloaded, "
-            "%d uploaded",
+            "%s; %d of %d clean segments skipped by their Bloom filters, %d bytes downloaded "
+            "(and %d of compaction summaries), %d uploaded",
             result.summary_line(),
             result.segments_skipped,
             len(clean),
             result.bytes_downloaded,
+            result.summary_bytes_downloaded,
             result.bytes_uploaded,
         )
         return result

@@ -720,6 +720,7 @@ def compaction_json(result: CleanResult) -> dict[str, Any]:
             "bytes_downloaded": result.bytes_downloaded,
             "bytes_uploaded": result.bytes_uploaded,
             "segments_skipped": result.segments_skipped,
+            "summary_bytes_downloaded": result.summary_bytes_downloaded,
             "published": [
                 {
                     "segment_id": str(m.remote_log_segment_id.id),

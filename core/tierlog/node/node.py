@@ -671,6 +671,7 @@ class Node:
                 broker_id=self.config.node_id,
                 scratch=config.remote_log_compaction_scratch_dir,
                 false_positive_rate=config.remote_log_compaction_bloom_filter_fpp,
+                bloom_size_ratio=config.remote_log_compaction_bloom_filter_size_ratio,
             )
         return LogCleanerManager(config, self._cleaner_targets, tiered, clock=self.clock_ms)
 
