@@ -50,15 +50,22 @@ rows of ``iter_segment_rows``, and those rows as Arrow batches (``spark_engine._
 **Bloom filters**: a tiered partition (``LocalLog``, the ``local`` RSM, the ``embedded`` RLMM, as
 ``tests/compaction/test_tiered.py`` builds it) of ``--bloom-mib`` in ``--bloom-segment-kib``
 segments, every key in two versions, with summaries at each false-positive rate of ``--bloom-fpr``
-(0.01, tierlog's default, and 0.001: a partition each), cleaned once through remote storage (every
-segment gets its compaction summary), its local copies dropped by local retention; then one round
-per count of ``--bloom-dirty-keys`` (1, 10, 100): new versions of that many keys, all from
-``--bloom-touched`` (2) old segments, tiered and cleaned: the bytes that round downloads as a
-fraction of the remote bytes in its range, beside the expectation (the touched segments, plus a
-false positive in each other segment with probability 1 - (1 - fpr)^keys), and one last round on the
-first partition that ignores the summaries (a ``TieredCleaner`` whose ``_summary`` returns None:
-every segment is downloaded). The goal (<= 10%) is judged at the default rate with 10 dirty keys.
-PythonEngine.
+(0.01, tierlog's default, and 0.001: a partition each) and the filter floor
+``--bloom-size-ratio`` (0.01, tierlog's default: a filter gets at least that share of its segment's
+bytes, ``summary.bloom_shape``), plus one partition at the first rate with a ratio of 0 (filters
+sized by the rate alone, for comparison), cleaned once through remote storage (every segment gets
+its compaction summary), its local copies dropped by local retention; then one round per count of
+``--bloom-dirty-keys`` (1, 10, 100; the ratio-0 partition only 10): new versions of that many keys,
+all from ``--bloom-touched`` (2) old segments, tiered and cleaned, each by a new cleaner (nothing
+cached: every summary of the chain is fetched, as by a new leader). The fraction downloaded counts
+the segments *and the summaries* the round fetched, over the remote bytes in its range; beside it
+the expectation from the filters actually uploaded (the touched segments, plus a false positive in
+each other segment with probability 1 - (1 - p)^keys, p from the filter's m, k and keys, plus the
+summaries), and the filters' bits per key. One last round on the first partition ignores the
+summaries (a ``TieredCleaner`` whose ``_summary`` returns None: every segment is downloaded). The
+goal (<= 10%) is judged at the default configuration with 10 dirty keys. PythonEngine.
+``--only bloom`` runs this phase alone (no broker, no Spark) and writes ``compaction-bloom.json``
+to ``--out`` or a temporary directory, never to ``bench/results/``.
 
 **Many keys**: a second topic on the same broker with ``--many-keys`` keys (default 6,000,000: more
 than the 5,033,164 a default dedupe buffer holds at load factor 0.9), each written once in order and
@@ -92,7 +99,15 @@ from pathlib import Path
 from typing import Any
 
 # shared by every benchmark
-from _report import drop_workdir, parse_args, pyplot, save_chart, verdict, write_results
+from _report import (
+    RESULTS,
+    drop_workdir,
+    parse_args,
+    pyplot,
+    save_chart,
+    verdict,
+    write_results,
+)
 
 from tierlog.compaction.engine import GroupOutput, GroupTask, PythonEngine, ScanOutcome
 from tierlog.compaction.offline import clean_partition_dir
@@ -118,6 +133,8 @@ GOAL_SCALING = 1.6
 GOAL_BLOOM = 0.10
 BLOOM_HEADLINE_KEYS = 10
 """The Bloom round judged against the goal: ten dirty keys (the sweep shows the others)."""
+BLOOM_DEFAULT_RATIO = 0.01
+"""tierlog's default ``remote.log.compaction.bloom.filter.size.ratio``."""
 KAFKA_DEDUPE_BUFFER = 128 * MIB
 KAFKA_LOAD_FACTOR = 0.9
 KAFKA_MAP_ENTRY = 24
@@ -991,23 +1008,40 @@ def bloom_phase(
     touched: int,
     fprs: Sequence[float],
     seed: int,
+    ratio: float = BLOOM_DEFAULT_RATIO,
 ) -> dict[str, Any]:
     """Bytes downloaded by rounds whose dirty keys touch ``touched`` old segments: for each
-    false-positive rate, one partition cleaned once, then one round per dirty-key count (in
-    order, each on the previous round's output, as a topic's successive rounds); on the first
-    partition a last round ignores the summaries (every segment is downloaded)."""
+    false-positive rate (filters floored at ``ratio`` of their segment), one partition cleaned
+    once, then one round per dirty-key count (in order, each on the previous round's output, as
+    a topic's successive rounds); on the first partition a last round ignores the summaries
+    (every segment is downloaded); then a partition at the first rate and a ratio of 0 (filters
+    sized by the rate alone) with the headline key count, for comparison."""
     rounds = []
-    for n, fpr in enumerate(fprs):
-        counts = list(dirty_keys) + ([max(dirty_keys)] if n == 0 else [])
-        filters = [True] * len(dirty_keys) + ([False] if n == 0 else [])
+    partitions = [(fpr, ratio, list(dirty_keys)) for fpr in fprs]
+    if ratio != 0:
+        partitions.append((fprs[0], 0.0, [BLOOM_HEADLINE_KEYS]))
+    for n, (fpr, part_ratio, sweep) in enumerate(partitions):
+        filters = [True] * len(sweep) + ([False] if n == 0 else [])
+        counts = sweep + ([max(sweep)] if n == 0 else [])
         rounds.extend(
             bloom_rounds(
-                workdir / f"fpr-{fpr}", size, segment_bytes, counts, filters, touched, fpr, seed
+                workdir / f"fpr-{fpr}-ratio-{part_ratio}",
+                size,
+                segment_bytes,
+                counts,
+                filters,
+                touched,
+                fpr,
+                seed,
+                part_ratio,
             )
         )
-    default = [r for r in rounds if r["filters"] and r["fpr"] == fprs[0]]
+    default = [r for r in rounds if r["filters"] and r["fpr"] == fprs[0] and r["ratio"] == ratio]
     headline = next((r for r in default if r["dirty_keys"] == BLOOM_HEADLINE_KEYS), default[0])
     without = next(r for r in rounds if not r["filters"])
+    rate_only = next(
+        (r for r in rounds if r["filters"] and r["ratio"] == 0 and r["fpr"] == fprs[0]), None
+    )
     return {
         "segment_bytes": segment_bytes,
         "segments": headline["segments"],
@@ -1015,11 +1049,14 @@ def bloom_phase(
         "rounds": rounds,
         "dirty_keys": headline["dirty_keys"],
         "false_positive_rate": headline["fpr"],
+        "size_ratio": ratio,
         "remote_bytes": headline["remote_bytes"],
         "with_filters": headline,
         "without_filters": without,
+        "ratio_zero": rate_only,
         "fraction_with": headline["fraction"],
         "fraction_without": without["fraction"],
+        "goal_ratio": headline["fraction"] / GOAL_BLOOM,
     }
 
 
@@ -1028,10 +1065,11 @@ def bloom_rounds(
     size: int,
     segment_bytes: int,
     dirty_keys: Sequence[int],
-    filters: Sequence[bool],
+    use: Sequence[bool],
     touched: int,
     fpr: float,
     seed: int,
+    ratio: float = BLOOM_DEFAULT_RATIO,
 ) -> list[dict[str, Any]]:
     import random
 
@@ -1086,6 +1124,7 @@ def bloom_rounds(
             broker_id=0,
             scratch=str(directory / "scratch"),
             false_positive_rate=fpr,
+            bloom_size_ratio=ratio,
         )
 
     rng = random.Random(seed)
@@ -1097,7 +1136,9 @@ def bloom_rounds(
         # past (local retention keeps a segment with future timestamps).
         n = 0
         past = now[0] - 3_600_000
-        with Progress(f"bloom (fpr {fpr}): build", total=size, unit="bytes") as progress:
+        with Progress(
+            f"bloom (fpr {fpr}, ratio {ratio}): build", total=size, unit="bytes"
+        ) as progress:
             while log_.size() < size:
                 records = []
                 for j in range(100):
@@ -1119,9 +1160,10 @@ def bloom_rounds(
             engine=PythonEngine(),
         )
         old = remote_chain(rlmm, tip, log_)
+        filters = bloom_filters_of(rsm, old, fpr, ratio)
         now[0] += 100_000
         log_.delete_retention_segments(now=now[0])
-        for count, use_filters in zip(dirty_keys, filters, strict=True):
+        for count, use_filters in zip(dirty_keys, use, strict=True):
             # New versions of keys of ``touched`` old segments, spread over the log.
             picks = [old[(i + 1) * len(old) // (touched + 1)] for i in range(touched)]
             records = []
@@ -1147,29 +1189,48 @@ def bloom_rounds(
             seconds = time.perf_counter() - t0
             now[0] += 1000
             chain = remote_chain(rlmm, tip, log_)
+            hit = min(touched, count)
+            # The touched segments, plus a false positive in each other one with probability
+            # 1 - (1 - p)^keys (p of each filter as uploaded), plus the summaries fetched;
+            # summaries ignored: everything.
+            false_hits = sum(1 - (1 - p) ** count for p in filters["rates"]) / len(old)
+            expected = (
+                hit / len(old)
+                + (1 - hit / len(old)) * false_hits
+                + filters["summary_bytes"] / result.remote_bytes
+                if use_filters
+                else 1.0
+            )
+            total = result.bytes_downloaded + result.summary_bytes_downloaded
             figures = {
                 "fpr": fpr,
+                "ratio": ratio,
                 "filters": use_filters,
                 "dirty_keys": count,
                 "segments": len(chain),
                 "first_round_bytes_downloaded": first.bytes_downloaded,
                 "remote_bytes": result.remote_bytes,
                 "bytes_downloaded": result.bytes_downloaded,
-                "fraction": result.bytes_downloaded / result.remote_bytes,
-                # The touched segments, plus a false positive in each other one with probability
-                # 1 - (1 - fpr)^keys; summaries ignored: everything.
-                "expected_fraction": (
-                    min(touched, count) / len(old) + 1 - (1 - fpr) ** count if use_filters else 1.0
-                ),
+                "summary_bytes_downloaded": result.summary_bytes_downloaded,
+                "fraction": total / result.remote_bytes,
+                "segment_fraction": result.bytes_downloaded / result.remote_bytes,
+                "summary_fraction": result.summary_bytes_downloaded / result.remote_bytes,
+                "expected_fraction": expected,
+                "bits_per_key": filters["bits_per_key"],
+                "hashes": filters["hashes"],
+                "per_key_fpr": filters["mean_rate"],
+                "filter_share": filters["filter_share"],
+                "shaped_as_configured": filters["as_configured"],
                 "segments_skipped": result.segments_skipped,
                 "segments_read": result.segments_read,
                 "seconds": seconds,
                 "local_segments": len(log_.segments),
             }
             out.append(figures)
+            kind = f"filters at {fpr}, ratio {ratio}" if use_filters else "no filters"
             log(
-                f"  bloom: {'filters at ' + str(fpr) if use_filters else 'no filters'}, "
-                f"{count} dirty keys: {result.bytes_downloaded:,} of {result.remote_bytes:,} "
+                f"  bloom: {kind}, {count} dirty keys: {result.bytes_downloaded:,} + "
+                f"{result.summary_bytes_downloaded:,} (summaries) of {result.remote_bytes:,} "
                 f"remote bytes downloaded ({figures['fraction']:.1%}), "
                 f"{result.segments_skipped} segments skipped, {seconds:.1f} s"
             )
@@ -1177,6 +1238,50 @@ def bloom_rounds(
         log_.close()
         rlmm.close()
     return out
+
+
+def bloom_filters_of(rsm: Any, chain: Sequence[Any], fpr: float, ratio: float) -> dict[str, Any]:
+    """The filters round 1 uploaded, as a round sees them: bits per key and hashes (means), each
+    filter's expected per-key false-positive rate ``(1 - e^(-kn/m))^k``, their bytes against
+    their segments', and whether each has the shape ``bloom_shape`` gives for the configured
+    rate and ratio (False: the configuration did not reach the summary builder)."""
+    import math
+
+    from tierlog.compaction.remote_io import fetch_index_bytes
+    from tierlog.compaction.summary import SegmentSummary, bloom_shape
+    from tierlog.spi import IndexType
+
+    rates, bits, hashes = [], [], []
+    summary_bytes = filter_bytes = segment_bytes = 0
+    as_configured = True
+    for segment in chain:
+        data = fetch_index_bytes(rsm, segment, IndexType.COMPACTION_SUMMARY)
+        if data is None:
+            raise RuntimeError(f"segment {segment.remote_log_segment_id} has no summary")
+        summary = SegmentSummary.decode(data)
+        bloom, n = summary.bloom, max(summary.key_count, 1)
+        rates.append((1 - math.exp(-bloom.k * n / bloom.m)) ** bloom.k)
+        bits.append(bloom.m / n)
+        hashes.append(bloom.k)
+        summary_bytes += len(data)
+        filter_bytes += len(bloom.bits)
+        segment_bytes += segment.segment_size_in_bytes
+        shape = bloom_shape(summary.key_count, fpr, segment.segment_size_in_bytes, ratio)
+        as_configured &= (bloom.m, bloom.k) == shape
+    if not as_configured:
+        log(
+            f"  bloom: WARNING: the uploaded filters are not shaped for fpr {fpr}, ratio {ratio}"
+            " (the ratio does not reach the summary builder in this tree)"
+        )
+    return {
+        "rates": rates,
+        "mean_rate": sum(rates) / len(rates),
+        "bits_per_key": sum(bits) / len(bits),
+        "hashes": sum(hashes) / len(hashes),
+        "summary_bytes": summary_bytes,
+        "filter_share": filter_bytes / segment_bytes,
+        "as_configured": as_configured,
+    }
 
 
 def tier(log_: Any, rsm: Any, rlmm: Any, tip: Any, now: int) -> None:
@@ -1381,25 +1486,7 @@ def print_report(results: dict[str, Any], *, quick: bool) -> None:
                 f"  {step['label']:48} {step['seconds']:7.2f} s {step['mb_per_s']:8.1f} MB/s"
                 + (f" {us:6.2f} us/record" if us is not None else "")
             )
-    bloom = results["bloom"]
-    w = bloom["with_filters"]
-    print(
-        f"Bloom filters: {bloom['segments']} remote segments of ~"
-        f"{bloom['segment_bytes'] / MIB / 2:,.1f} MiB (after round 1); each later round's dirty "
-        f"keys touch {bloom['touched_segments']} of them. Downloaded, of the remote bytes:"
-    )
-    for r in bloom["rounds"]:
-        kind = f"filters, fpr {r['fpr']:<6}" if r["filters"] else "no filters (summaries ignored)"
-        print(
-            f"  {kind:32} {r['dirty_keys']:4} dirty keys: {r['bytes_downloaded'] / MIB:8,.2f} of "
-            f"{r['remote_bytes'] / MIB:,.1f} MiB = {r['fraction']:6.1%} (expected "
-            f"{r['expected_fraction']:6.1%}: touched + 1-(1-fpr)^keys), "
-            f"{r['segments_skipped']} segments skipped"
-        )
-    print(
-        f"  goal <= {GOAL_BLOOM:.0%} at the default fpr {w['fpr']} with {w['dirty_keys']} dirty "
-        f"keys: {w['fraction']:.1%} {verdict(w['fraction'], GOAL_BLOOM, at_most=True, quick=quick)}"
-    )
+    print_bloom(results["bloom"], quick=quick)
     many = results["many_keys"]
     mk, mt = many["kafka"], many["tierlog"]
     one_round = float(mt["keys_mapped"] > many["kafka_capacity"] and mt["rounds"] == 1)
@@ -1418,6 +1505,89 @@ def print_report(results: dict[str, Any], *, quick: bool) -> None:
             f"{a:.1f}" for a in (*results["load_average_start"], *results["load_average_end"])
         )
     )
+
+
+def print_bloom(bloom: Mapping[str, Any], *, quick: bool) -> None:
+    """The Bloom phase's rounds: what each downloaded (segments and summaries) of the remote
+    bytes, beside what its filters predict, and the headline against the goal."""
+    w = bloom["with_filters"]
+    print(
+        f"Bloom filters: {bloom['segments']} remote segments of ~"
+        f"{bloom['segment_bytes'] / MIB / 2:,.1f} MiB (after round 1); each later round's dirty "
+        f"keys touch {bloom['touched_segments']} of them. Downloaded (segments + summaries), of "
+        "the remote bytes:"
+    )
+    for r in bloom["rounds"]:
+        kind = (
+            f"fpr {r['fpr']:<6} ratio {r['ratio']:<5}"
+            if r["filters"]
+            else "no filters (summaries ignored)"
+        )
+        shape = (
+            f" {r['bits_per_key']:4.1f} bits/key k {r['hashes']:4.1f} p {r['per_key_fpr']:.2%}"
+            f" filters {r['filter_share']:.2%} of segments"
+            + ("" if r["shaped_as_configured"] else " NOT AS CONFIGURED")
+            if r["filters"]
+            else ""
+        )
+        print(
+            f"  {kind:30} {r['dirty_keys']:4} dirty keys: {r['bytes_downloaded'] / MIB:7,.2f} + "
+            f"{r['summary_bytes_downloaded'] / MIB:5,.2f} of {r['remote_bytes'] / MIB:,.1f} MiB "
+            f"= {r['fraction']:6.1%} (expected {r['expected_fraction']:6.1%}), "
+            f"{r['segments_skipped']} segments skipped;{shape}"
+        )
+    print(
+        f"  goal <= {GOAL_BLOOM:.0%} at the default fpr {w['fpr']}, ratio {w['ratio']} with "
+        f"{w['dirty_keys']} dirty keys: {w['fraction']:.1%} ({w['segment_fraction']:.1%} "
+        f"segments + {w['summary_fraction']:.1%} summaries; {w['fraction'] / GOAL_BLOOM:.2f} of "
+        f"the goal) {verdict(w['fraction'], GOAL_BLOOM, at_most=True, quick=quick)}"
+    )
+
+
+def chart_bloom(ax: Any, bloom: Mapping[str, Any]) -> None:
+    """Fraction downloaded per dirty-key count: a bar per (rate, ratio) of filters, the ratio-0
+    comparison and the round that ignores the summaries."""
+    counts = sorted({r["dirty_keys"] for r in bloom["rounds"]})
+    configs = sorted(
+        {(r["fpr"], r["ratio"]) for r in bloom["rounds"] if r["filters"]},
+        key=lambda c: (-c[1], -c[0]),
+    )
+    width = 0.8 / (len(configs) + 1)
+    for i, (fpr, ratio) in enumerate(configs):
+        by_count = {
+            r["dirty_keys"]: r
+            for r in bloom["rounds"]
+            if r["filters"] and r["fpr"] == fpr and r["ratio"] == ratio
+        }
+        xs = [j + i * width for j, c in enumerate(counts) if c in by_count]
+        ys = [100 * by_count[c]["fraction"] for c in counts if c in by_count]
+        ax.bar(
+            xs, ys, width, label=f"fpr {fpr}, ratio {ratio}", color=("C2", "C0", "C4", "C1")[i % 4]
+        )
+        for x, y in zip(xs, ys, strict=True):
+            ax.text(x, y, f"{y:.1f}%", ha="center", va="bottom", fontsize=7)
+    without = bloom["without_filters"]
+    x = counts.index(without["dirty_keys"]) + len(configs) * width
+    ax.bar([x], [100 * without["fraction"]], width, color="C7", label="summaries ignored")
+    ax.set_xticks(
+        [j + width * len(configs) / 2 for j in range(len(counts))], [str(c) for c in counts]
+    )
+    ax.set_xlabel("dirty keys in the round")
+    ax.axhline(100 * GOAL_BLOOM, color="C3", linestyle="--", label=f"goal <= {GOAL_BLOOM:.0%}")
+    ax.set_ylabel("% of the remote bytes downloaded (segments + summaries)")
+    ax.set_title(
+        f"Bloom filters: keys in {bloom['touched_segments']} of {bloom['segments']} segments"
+    )
+    ax.legend(fontsize=8)
+
+
+def chart_bloom_only(results: dict[str, Any], path: Path) -> bool:
+    plt = pyplot()
+    if plt is None:
+        return False
+    fig, ax = plt.subplots(1, 1, figsize=(7, 5))
+    chart_bloom(ax, results["bloom"])
+    return save_chart(fig, path, results, dpi=100)
 
 
 def chart(results: dict[str, Any], path: Path) -> bool:
@@ -1486,29 +1656,7 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("seconds")
     ax.set_title("where the time goes")
     ax.legend(fontsize=8)
-    ax = axes[2]
-    bloom = results["bloom"]
-    counts = sorted({r["dirty_keys"] for r in bloom["rounds"]})
-    fprs = sorted({r["fpr"] for r in bloom["rounds"] if r["filters"]}, reverse=True)
-    width = 0.8 / (len(fprs) + 1)
-    for i, fpr in enumerate(fprs):
-        by_count = {r["dirty_keys"]: r for r in bloom["rounds"] if r["filters"] and r["fpr"] == fpr}
-        xs = [j + i * width for j, c in enumerate(counts) if c in by_count]
-        ys = [100 * by_count[c]["fraction"] for c in counts if c in by_count]
-        ax.bar(xs, ys, width, label=f"filters, fpr {fpr}", color=("C2", "C0", "C4")[i % 3])
-        for x, y in zip(xs, ys, strict=True):
-            ax.text(x, y, f"{y:.0f}%", ha="center", va="bottom", fontsize=7)
-    without = bloom["without_filters"]
-    x = counts.index(without["dirty_keys"]) + len(fprs) * width
-    ax.bar([x], [100 * without["fraction"]], width, color="C7", label="summaries ignored")
-    ax.set_xticks([j + width * len(fprs) / 2 for j in range(len(counts))], [str(c) for c in counts])
-    ax.set_xlabel("dirty keys in the round")
-    ax.axhline(100 * GOAL_BLOOM, color="C3", linestyle="--", label=f"goal <= {GOAL_BLOOM:.0%}")
-    ax.set_ylabel("% of the remote bytes downloaded")
-    ax.set_title(
-        f"Bloom filters: keys in {bloom['touched_segments']} of {bloom['segments']} segments"
-    )
-    ax.legend(fontsize=8)
+    chart_bloom(axes[2], results["bloom"])
     ax = axes[3]
     many = results["many_keys"]
     rounds = [many["kafka"]["round_count"], many["tierlog"]["rounds"]]
@@ -1579,6 +1727,42 @@ def _terminated(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def bloom_only(args: argparse.Namespace, out: Path) -> int:
+    """``--only bloom``: the Bloom phase alone, its figures in ``compaction-bloom.json`` beside
+    no others. Never in ``bench/results/`` (the full run's figures live there)."""
+    if out.resolve().is_relative_to(RESULTS):
+        out = Path(tempfile.mkdtemp(prefix="tierlog-compaction-bloom-"))
+    workdir = Path(tempfile.mkdtemp(prefix="tierlog-compaction-bench-", dir=args.dir))
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+        "goals": {"bloom_fraction_at_most": GOAL_BLOOM},
+    }
+    try:
+        log("Bloom filters ...")
+        results["bloom"] = bloom_phase(
+            workdir / "bloom",
+            args.bloom_mib * MIB,
+            args.bloom_segment_kib * 1024,
+            args.bloom_dirty_keys,
+            args.bloom_touched,
+            args.bloom_fpr,
+            args.seed,
+            args.bloom_size_ratio,
+        )
+    finally:
+        drop_workdir(args, workdir)
+    results["total_seconds"] = time.perf_counter() - started
+    results["load_average_end"] = os.getloadavg()
+    print()
+    print_bloom(results["bloom"], quick=args.quick)
+    write_results(out, "compaction-bloom", results, chart_bloom_only, quick=args.quick)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _terminated)
@@ -1623,6 +1807,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bloom-touched", type=int, default=2, help="old segments round 2's keys come from"
     )
+    parser.add_argument(
+        "--bloom-size-ratio",
+        type=float,
+        default=BLOOM_DEFAULT_RATIO,
+        help="the filters' floor as a share of their segment (a ratio-0 partition is added)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("bloom",),
+        default=None,
+        help="run one phase alone (bloom: no broker, no Spark), results to --out or a "
+        "temporary directory as compaction-bloom.json",
+    )
     quick = {
         "size_mib": 2,
         "segment_kib": 256,
@@ -1634,6 +1831,8 @@ def main(argv: list[str] | None = None) -> int:
         "spark_driver_memory": "1g",
     }
     args, out = parse_args(parser, quick, argv)
+    if args.only == "bloom":
+        return bloom_only(args, out)
     workdir = Path(tempfile.mkdtemp(prefix="tierlog-compaction-bench-", dir=args.dir))
     started = time.perf_counter()
     scale = plan_sizes(args, workdir)
@@ -1774,6 +1973,7 @@ def main(argv: list[str] | None = None) -> int:
             args.bloom_touched,
             args.bloom_fpr,
             args.seed,
+            args.bloom_size_ratio,
         )
     finally:
         drop_workdir(args, workdir)
