@@ -359,3 +359,36 @@ def test_summary_bytes_are_counted_once_in_the_round_of_their_partition(
     new = _summary_sizes(rsm, second.published)
     assert new and third.summary_bytes_downloaded == sum(new.values())
     assert third.summary_bytes_downloaded < second.summary_bytes_downloaded
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.01, 0.5])
+def test_the_cleaners_ratio_shapes_the_filters_it_uploads(
+    tiered: tuple[LocalLog, LocalTieredStorage, EmbeddedRemoteLogMetadataManager, Clock],
+    tmp_path: Path,
+    ratio: float,
+) -> None:
+    """``remote.log.compaction.bloom.filter.size.ratio`` reaches the summary of every segment a
+    round uploads: its filter is shaped by the cleaned segment's own size."""
+    log, rsm, rlmm, clock = tiered
+    _append(log, clock, range(240))
+    tier(log, rsm, rlmm)
+    cleaner = _cleaner(rsm, rlmm, tmp_path)
+    cleaner.bloom_size_ratio = ratio
+    result = cleaner.clean(
+        log,
+        TIP,
+        leader_epoch=0,
+        checkpoint=None,
+        now_ms=clock.now,
+        force=True,
+        engine=PythonEngine(),
+    )
+    assert result.cleaned and result.published
+    for segment in result.published:
+        data = fetch_index_bytes(rsm, segment, IndexType.COMPACTION_SUMMARY)
+        assert data is not None
+        bloom = SegmentSummary.decode(data).bloom
+        keys = SegmentSummary.decode(data).key_count
+        assert (bloom.m, bloom.k) == bloom_shape(keys, 0.01, segment.segment_size_in_bytes, ratio)
+        if ratio == 0.5:
+            assert bloom.m == math.ceil(0.5 * segment.segment_size_in_bytes * 8) > 64

@@ -34,7 +34,12 @@ from tierlog.compaction.remote_io import (
 )
 from tierlog.compaction.rewrite import RetentionContext, RewriteStats, rewrite_segment
 from tierlog.compaction.scan import KeyMap, key_digest, scan_segment
-from tierlog.compaction.summary import DEFAULT_FALSE_POSITIVE_RATE, BloomFilter, SummaryBuilder
+from tierlog.compaction.summary import (
+    DEFAULT_FALSE_POSITIVE_RATE,
+    DEFAULT_SIZE_RATIO,
+    BloomFilter,
+    SummaryBuilder,
+)
 from tierlog.compaction.txn import AbortedIndex, TxnEvent
 from tierlog.compaction.writer import CleanedSegmentWriter
 from tierlog.log.checkpoint import encode_leader_epoch_checkpoint
@@ -116,6 +121,7 @@ class UploadSpec:
     broker_id: int
     event_timestamp_ms: int
     false_positive_rate: float = DEFAULT_FALSE_POSITIVE_RATE
+    bloom_size_ratio: float = DEFAULT_SIZE_RATIO
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +219,11 @@ def rewrite_group(
     directory = group.directory
     if upload is not None:
         directory = tempfile.mkdtemp(prefix=f"{group.base_offset}-", dir=scratch_dir(directory))
-    summary = SummaryBuilder(upload.false_positive_rate) if upload is not None else None
+    summary = (
+        SummaryBuilder(upload.false_positive_rate, upload.bloom_size_ratio)
+        if upload is not None
+        else None
+    )
     writer = CleanedSegmentWriter(directory, group.base_offset, config)
     try:
         for task in group.sources:

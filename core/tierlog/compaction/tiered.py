@@ -430,6 +430,7 @@ class TieredCleaner:
                     broker_id=self.broker_id,
                     event_timestamp_ms=now,
                     false_positive_rate=self.false_positive_rate,
+                    bloom_size_ratio=self.bloom_size_ratio,
                 ),
             )
             for task in rewrite
