@@ -17,6 +17,10 @@
  *
  * configure(Record, BlockError, decode_block_pure) must be called once before decode_block:
  * record.py does it right after importing this module, which avoids a circular import.
+ *
+ * key_digests (pass 1 of a compaction scan, tierlog.compaction.key_digests) walks a block with
+ * decode_block's checks and errors but returns only the offsets and the MD5 digests of its keyed
+ * records, without an object per record; its reference is key_digests_pure in that module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -492,20 +496,439 @@ walk_batch_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(LiL)", (long long)pos, status, (long long)last);
 }
 
+/* --- key_digests: pass 1 of a compaction scan ----------------------------------------------
+ *
+ * Kafka's SkimpyOffsetMap knows a key by the MD5 digest of its bytes. The compaction scan
+ * needs, per batch, the offset and the digest of every keyed record: key_digests walks a
+ * records block the way decode_block does (same checks, same BlockError for every defect) but
+ * builds no object per record: offsets and digests are written into two preallocated bytes
+ * objects. MD5 is implemented here (RFC 1321) so that the build needs nothing beyond Python's
+ * headers; tests/compaction/test_key_digests.py checks it against hashlib. */
+
+#define MD5_ROTL(x, s) (((x) << (s)) | ((x) >> (32 - (s))))
+#define MD5_F(x, y, z) ((z) ^ ((x) & ((y) ^ (z))))
+#define MD5_G(x, y, z) ((y) ^ ((z) & ((x) ^ (y))))
+#define MD5_H(x, y, z) ((x) ^ (y) ^ (z))
+#define MD5_I(x, y, z) ((y) ^ ((x) | ~(z)))
+#define STEP(f, a, b, c, d, w, t, s)                   \
+    do {                                               \
+        (a) += MD5_##f((b), (c), (d)) + (w) + (t);     \
+        (a) = MD5_ROTL((a), (s)) + (b);                \
+    } while (0)
+
+/* One 64-byte block into the state (RFC 1321, section 3.4): 4 rounds of 16 steps, each step's
+ * constant the integer part of 2^32 * |sin(i + 1)|, its word and shift fixed by the RFC. */
+static void
+md5_block(uint32_t state[4], const unsigned char *p)
+{
+    uint32_t x[16];
+    for (int i = 0; i < 16; i++) {  /* words are little-endian whatever the host */
+        x[i] = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8)
+               | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
+    }
+    uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
+    STEP(F, a, b, c, d, x[ 0], 0xd76aa478u,  7);
+    STEP(F, d, a, b, c, x[ 1], 0xe8c7b756u, 12);
+    STEP(F, c, d, a, b, x[ 2], 0x242070dbu, 17);
+    STEP(F, b, c, d, a, x[ 3], 0xc1bdceeeu, 22);
+    STEP(F, a, b, c, d, x[ 4], 0xf57c0fafu,  7);
+    STEP(F, d, a, b, c, x[ 5], 0x4787c62au, 12);
+    STEP(F, c, d, a, b, x[ 6], 0xa8304613u, 17);
+    STEP(F, b, c, d, a, x[ 7], 0xfd469501u, 22);
+    STEP(F, a, b, c, d, x[ 8], 0x698098d8u,  7);
+    STEP(F, d, a, b, c, x[ 9], 0x8b44f7afu, 12);
+    STEP(F, c, d, a, b, x[10], 0xffff5bb1u, 17);
+    STEP(F, b, c, d, a, x[11], 0x895cd7beu, 22);
+    STEP(F, a, b, c, d, x[12], 0x6b901122u,  7);
+    STEP(F, d, a, b, c, x[13], 0xfd987193u, 12);
+    STEP(F, c, d, a, b, x[14], 0xa679438eu, 17);
+    STEP(F, b, c, d, a, x[15], 0x49b40821u, 22);
+    STEP(G, a, b, c, d, x[ 1], 0xf61e2562u,  5);
+    STEP(G, d, a, b, c, x[ 6], 0xc040b340u,  9);
+    STEP(G, c, d, a, b, x[11], 0x265e5a51u, 14);
+    STEP(G, b, c, d, a, x[ 0], 0xe9b6c7aau, 20);
+    STEP(G, a, b, c, d, x[ 5], 0xd62f105du,  5);
+    STEP(G, d, a, b, c, x[10], 0x02441453u,  9);
+    STEP(G, c, d, a, b, x[15], 0xd8a1e681u, 14);
+    STEP(G, b, c, d, a, x[ 4], 0xe7d3fbc8u, 20);
+    STEP(G, a, b, c, d, x[ 9], 0x21e1cde6u,  5);
+    STEP(G, d, a, b, c, x[14], 0xc33707d6u,  9);
+    STEP(G, c, d, a, b, x[ 3], 0xf4d50d87u, 14);
+    STEP(G, b, c, d, a, x[ 8], 0x455a14edu, 20);
+    STEP(G, a, b, c, d, x[13], 0xa9e3e905u,  5);
+    STEP(G, d, a, b, c, x[ 2], 0xfcefa3f8u,  9);
+    STEP(G, c, d, a, b, x[ 7], 0x676f02d9u, 14);
+    STEP(G, b, c, d, a, x[12], 0x8d2a4c8au, 20);
+    STEP(H, a, b, c, d, x[ 5], 0xfffa3942u,  4);
+    STEP(H, d, a, b, c, x[ 8], 0x8771f681u, 11);
+    STEP(H, c, d, a, b, x[11], 0x6d9d6122u, 16);
+    STEP(H, b, c, d, a, x[14], 0xfde5380cu, 23);
+    STEP(H, a, b, c, d, x[ 1], 0xa4beea44u,  4);
+    STEP(H, d, a, b, c, x[ 4], 0x4bdecfa9u, 11);
+    STEP(H, c, d, a, b, x[ 7], 0xf6bb4b60u, 16);
+    STEP(H, b, c, d, a, x[10], 0xbebfbc70u, 23);
+    STEP(H, a, b, c, d, x[13], 0x289b7ec6u,  4);
+    STEP(H, d, a, b, c, x[ 0], 0xeaa127fau, 11);
+    STEP(H, c, d, a, b, x[ 3], 0xd4ef3085u, 16);
+    STEP(H, b, c, d, a, x[ 6], 0x04881d05u, 23);
+    STEP(H, a, b, c, d, x[ 9], 0xd9d4d039u,  4);
+    STEP(H, d, a, b, c, x[12], 0xe6db99e5u, 11);
+    STEP(H, c, d, a, b, x[15], 0x1fa27cf8u, 16);
+    STEP(H, b, c, d, a, x[ 2], 0xc4ac5665u, 23);
+    STEP(I, a, b, c, d, x[ 0], 0xf4292244u,  6);
+    STEP(I, d, a, b, c, x[ 7], 0x432aff97u, 10);
+    STEP(I, c, d, a, b, x[14], 0xab9423a7u, 15);
+    STEP(I, b, c, d, a, x[ 5], 0xfc93a039u, 21);
+    STEP(I, a, b, c, d, x[12], 0x655b59c3u,  6);
+    STEP(I, d, a, b, c, x[ 3], 0x8f0ccc92u, 10);
+    STEP(I, c, d, a, b, x[10], 0xffeff47du, 15);
+    STEP(I, b, c, d, a, x[ 1], 0x85845dd1u, 21);
+    STEP(I, a, b, c, d, x[ 8], 0x6fa87e4fu,  6);
+    STEP(I, d, a, b, c, x[15], 0xfe2ce6e0u, 10);
+    STEP(I, c, d, a, b, x[ 6], 0xa3014314u, 15);
+    STEP(I, b, c, d, a, x[13], 0x4e0811a1u, 21);
+    STEP(I, a, b, c, d, x[ 4], 0xf7537e82u,  6);
+    STEP(I, d, a, b, c, x[11], 0xbd3af235u, 10);
+    STEP(I, c, d, a, b, x[ 2], 0x2ad7d2bbu, 15);
+    STEP(I, b, c, d, a, x[ 9], 0xeb86d391u, 21);
+    state[0] += a;
+    state[1] += b;
+    state[2] += c;
+    state[3] += d;
+}
+
+#undef STEP
+
+/* The 16-byte MD5 digest of data[0:n] into out. The whole blocks are read in place; the tail,
+ * the 0x80 byte, the zero padding and the length in bits (64-bit little-endian) take one or two
+ * more blocks (two when 56 or more bytes are left over). */
+static void
+md5_digest(const unsigned char *data, size_t n, unsigned char out[16])
+{
+    uint32_t state[4] = {0x67452301u, 0xefcdab89u, 0x98badcfeu, 0x10325476u};
+    size_t whole = n & ~(size_t)63;
+    for (size_t at = 0; at < whole; at += 64) {
+        md5_block(state, data + at);
+    }
+    unsigned char tail[128];
+    size_t rest = n - whole;
+    size_t tail_size = rest < 56 ? 64 : 128;
+    memcpy(tail, data + whole, rest);
+    tail[rest] = 0x80;
+    memset(tail + rest + 1, 0, tail_size - rest - 1 - 8);
+    uint64_t bits = (uint64_t)n << 3;
+    for (int i = 0; i < 8; i++) {
+        tail[tail_size - 8 + i] = (unsigned char)(bits >> (8 * i));
+    }
+    md5_block(state, tail);
+    if (tail_size == 128) {
+        md5_block(state, tail + 64);
+    }
+    for (int i = 0; i < 4; i++) {
+        out[4 * i] = (unsigned char)state[i];
+        out[4 * i + 1] = (unsigned char)(state[i] >> 8);
+        out[4 * i + 2] = (unsigned char)(state[i] >> 16);
+        out[4 * i + 3] = (unsigned char)(state[i] >> 24);
+    }
+}
+
+enum { E_RAISED = -1 };  /* skip_headers raised its own BlockError */
+
+/* Skip the headers of one record from *pos_io (its count byte is not 0) with decode_headers'
+ * checks and errors, building nothing (header keys decode with surrogateescape, which cannot
+ * fail). Returns OK, E_RAISED, or a varint error code with *err_at set. */
+static int
+skip_headers(const unsigned char *p, int64_t end, int64_t *pos_io, int64_t record_end,
+             int64_t *err_at)
+{
+    int64_t pos = *pos_io, count, n;
+    int64_t at = pos;
+    int e = read_field(p, end, &pos, 5, 0, &count);
+    if (e != OK) {
+        *err_at = at;
+        return e;
+    }
+    if (count < 0 || count > record_end - pos) {
+        raise_block_error(0, at, "invalid number of record headers %lld", (long long)count);
+        return E_RAISED;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        at = pos;
+        if ((e = read_field(p, end, &pos, 5, 0, &n)) != OK) {
+            *err_at = at;
+            return e;
+        }
+        if (n < 0) {
+            raise_block_error(0, at, "invalid negative header key size %lld", (long long)n);
+            return E_RAISED;
+        }
+        if (pos + n > record_end) {
+            raise_block_error(0, at, "header key of %lld bytes runs past its record",
+                              (long long)n);
+            return E_RAISED;
+        }
+        pos += n;
+        at = pos;
+        if ((e = read_field(p, end, &pos, 5, 0, &n)) != OK) {
+            *err_at = at;
+            return e;
+        }
+        if (n >= 0) {
+            pos += n;
+        }
+    }
+    *pos_io = pos;
+    return OK;
+}
+
+/* The BlockError of a failed read, worded as decode_block words it (see its varint_error). */
+static void
+raise_read_error(int e, int64_t start, int64_t at, int64_t end, int64_t count, int64_t decoded)
+{
+    switch (e) {
+    case E_PAST:
+        if (start >= end) {
+            raise_block_error(1, start,
+                              "the batch declares %lld records but its records block holds %lld",
+                              (long long)count, (long long)decoded);
+        }
+        else {
+            raise_block_error(1, start, "record runs past the end of its records block");
+        }
+        break;
+    case E_VARINT_PAST:
+    case E_VARLONG_PAST:
+        raise_block_error(1, at, "%s runs past the end of its buffer (%lld bytes) in record",
+                          e == E_VARINT_PAST ? "varint" : "varlong", (long long)end);
+        break;
+    default:
+        raise_block_error(1, at,
+                          "%s is too long (the continuation bit is set in its byte %d) in record",
+                          e == E_VARINT_LONG ? "varint" : "varlong", e == E_VARINT_LONG ? 5 : 10);
+        break;
+    }
+}
+
+/* Whether the offset base + delta, which does not fit in 64 bits, is below end_offset: Python's
+ * comparison decides (1, 0, or -1 with an exception set). */
+static int
+big_offset_below(int64_t base, int64_t delta, PyObject *end_offset, PyObject **offset_out)
+{
+    PyObject *offset = add(base, delta);
+    if (offset == NULL) {
+        return -1;
+    }
+    int below = PyObject_RichCompareBool(offset, end_offset, Py_LT);
+    if (below == 1) {
+        *offset_out = offset;
+    }
+    else {
+        Py_DECREF(offset);
+    }
+    return below;
+}
+
+PyDoc_STRVAR(key_digests_doc,
+"key_digests(block, count, base_offset, end_offset)\n"
+"--\n\n"
+"Walk the count records of a decompressed records block (any contiguous buffer) as\n"
+"decode_block does and return (offsets, digests, decoded): for every record with a key (an\n"
+"empty key is one) and an offset below end_offset, its offset as a little-endian int64 and\n"
+"the 16-byte MD5 of its key, and the number of records walked. A corrupt block raises\n"
+"decode_block's BlockError; a selected offset beyond int64 raises BlockError at offset 0.\n"
+"The C twin of tierlog.compaction.key_digests.key_digests_pure.");
+
+static PyObject *
+key_digests(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (block_error == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tierlog.log._speedups is not configured");
+        return NULL;
+    }
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "key_digests() takes 4 arguments");
+        return NULL;
+    }
+    if (!PyLong_Check(args[1]) || !PyLong_Check(args[2]) || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "key_digests(): count, base_offset and end_offset "
+                                         "must be ints");
+        return NULL;
+    }
+    long long count_ll = PyLong_AsLongLong(args[1]);
+    if (count_ll == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long long base_ll = PyLong_AsLongLong(args[2]);
+    if (base_ll == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    /* end_offset is any int: one beyond int64 keeps every offset that fits (or none). */
+    int end_overflow;
+    long long end_ll = PyLong_AsLongLongAndOverflow(args[3], &end_overflow);
+    if (end_ll == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    const int64_t count = count_ll, base_offset = base_ll, end_offset = end_ll;
+
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) != 0) {
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    const int64_t end = (int64_t)view.len;
+    /* A record takes at least 7 bytes, so no more than end / 7 of them can be selected. */
+    const int64_t cap = count < 0 ? 0 : (count < end / 7 ? count : end / 7);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 8));
+    PyObject *digests = offsets == NULL ? NULL
+                                        : PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 16));
+    PyObject *big_offset = NULL;  /* the first selected offset beyond int64, raised at the end */
+    int64_t big_index = 0;
+    if (digests == NULL) {
+        goto error;
+    }
+    unsigned char *out_offsets = (unsigned char *)PyBytes_AS_STRING(offsets);
+    unsigned char *out_digests = (unsigned char *)PyBytes_AS_STRING(digests);
+    int64_t pos = 0, start = 0, at = 0, i, selected = 0, length, ignored, offset_delta, n;
+    int e = OK;
+
+    for (i = 0; i < count; i++) {
+        start = at = pos;
+        if ((e = read_field(p, end, &pos, 5, 1, &length)) != OK) {
+            goto read_error;
+        }
+        int64_t record_end = pos + length;
+        if (length < 6 || length > end - pos) {
+            raise_block_error(0, start,
+                              "record length %lld is impossible (%lld bytes left in the block)",
+                              (long long)length, (long long)(end - pos));
+            goto error;
+        }
+        at = ++pos;  /* the attributes byte */
+        if ((e = read_field(p, end, &pos, 10, 1, &ignored)) != OK) {  /* timestamp delta */
+            goto read_error;
+        }
+        at = pos;
+        if ((e = read_field(p, end, &pos, 5, 1, &offset_delta)) != OK) {
+            goto read_error;
+        }
+        at = pos;
+        if ((e = read_field(p, end, &pos, 5, 1, &n)) != OK) {
+            goto read_error;
+        }
+        int64_t key_at = pos, key_size = n;  /* a negative size is a null key */
+        if (n >= 0) {
+            pos += n;
+        }
+        at = pos;
+        if ((e = read_field(p, end, &pos, 5, 1, &n)) != OK) {  /* the value, skipped */
+            goto read_error;
+        }
+        if (n >= 0) {
+            pos += n;
+        }
+        if (pos >= end) {
+            e = E_PAST;
+            goto read_error;
+        }
+        if (p[pos] == 0) {
+            pos++;
+        }
+        else if ((e = skip_headers(p, end, &pos, record_end, &at)) != OK) {
+            if (e == E_RAISED) {
+                goto error;
+            }
+            goto read_error;
+        }
+        if (pos != record_end) {
+            raise_block_error(0, start, "record body is %lld bytes but fields take %lld",
+                              (long long)length, (long long)(pos - record_end + length));
+            goto error;
+        }
+        if (key_size < 0) {
+            continue;
+        }
+        /* The key lies within the record: pos == record_end <= end. */
+        int fits = !((offset_delta > 0 && base_offset > INT64_MAX - offset_delta)
+                     || (offset_delta < 0 && base_offset < INT64_MIN - offset_delta));
+        int64_t offset = fits ? base_offset + offset_delta : 0;
+        if (fits) {
+            if (end_overflow < 0 || (end_overflow == 0 && offset >= end_offset)) {
+                continue;
+            }
+        }
+        else {
+            PyObject *found = NULL;
+            int below = big_offset_below(base_offset, offset_delta, args[3], &found);
+            if (below < 0) {
+                goto error;
+            }
+            if (below == 1 && big_offset == NULL) {
+                big_offset = found;
+                big_index = i;
+            }
+            else if (below == 1) {
+                Py_DECREF(found);
+            }
+            continue;
+        }
+        if (selected >= cap) {  /* cannot happen: a record takes 7 bytes or more (see cap) */
+            PyErr_SetString(PyExc_SystemError, "key_digests: more records than bytes allow");
+            goto error;
+        }
+        uint64_t u = (uint64_t)offset;
+        unsigned char *o = out_offsets + 8 * selected;
+        for (int k = 0; k < 8; k++) {
+            o[k] = (unsigned char)(u >> (8 * k));
+        }
+        md5_digest(p + key_at, (size_t)key_size, out_digests + 16 * selected);
+        selected++;
+    }
+    if (pos != end) {
+        raise_block_error(0, pos, "%lld bytes remain after the %lld records the batch declares",
+                          (long long)(end - pos), (long long)count);
+        goto error;
+    }
+    if (big_offset != NULL) {
+        raise_block_error(0, 0, "record %lld has the offset %S, beyond the int64 range",
+                          (long long)big_index, big_offset);
+        goto error;
+    }
+    PyBuffer_Release(&view);
+    if (selected < cap && (_PyBytes_Resize(&offsets, (Py_ssize_t)(selected * 8)) != 0
+                           || _PyBytes_Resize(&digests, (Py_ssize_t)(selected * 16)) != 0)) {
+        Py_XDECREF(offsets);  /* _PyBytes_Resize cleared the one it failed on */
+        Py_XDECREF(digests);
+        return NULL;
+    }
+    return Py_BuildValue("(NNL)", offsets, digests, (long long)i);
+
+read_error:
+    raise_read_error(e, start, at, end, count, i);
+error:
+    Py_XDECREF(big_offset);
+    Py_XDECREF(offsets);
+    Py_XDECREF(digests);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_block", (PyCFunction)(void (*)(void))decode_block, METH_FASTCALL | METH_KEYWORDS,
      decode_block_doc},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL, configure_doc},
     {"walk_batch_headers", (PyCFunction)(void (*)(void))walk_batch_headers, METH_FASTCALL,
      walk_batch_headers_doc},
+    {"key_digests", (PyCFunction)(void (*)(void))key_digests, METH_FASTCALL, key_digests_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "tierlog.log._speedups",
-    .m_doc = "C accelerators of tierlog.log.record.decode_block and "
-             "tierlog.log.batch.walk_batch_headers (optional; see record.py).",
+    .m_doc = "C accelerators of tierlog.log.record.decode_block, "
+             "tierlog.log.batch.walk_batch_headers and "
+             "tierlog.compaction.key_digests (optional; see record.py).",
     .m_size = -1,
     .m_methods = methods,
 };
