@@ -164,6 +164,19 @@ def test_digest_is_md5_of_every_byte_value() -> None:
     assert digests == b"".join(map(md5, keys))
 
 
+def test_digests_of_keys_of_every_length_up_to_two_blocks() -> None:
+    # Short keys are hashed several at a time, long ones alone: mixed, every position counts.
+    for first in range(6):
+        keys = [bytes(range(first, first + n)) for n in range(first, 131)]
+        records = [Record(i, 0, key, None) for i, key in enumerate(keys)]
+        block, count, _, _ = encode_records(records, 0, 0)
+        for end in (len(keys), len(keys) - 1, 3):
+            offsets, digests, decoded = key_digests_c(block, count, 0, end)
+            assert decoded == len(keys)
+            assert offsets == struct.pack(f"<{end}q", *range(end))
+            assert digests == b"".join(map(md5, keys[:end]))
+
+
 # --- generated batches -----------------------------------------------------------------------
 
 keys = st.one_of(

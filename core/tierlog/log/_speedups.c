@@ -510,94 +510,186 @@ walk_batch_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 #define MD5_G(x, y, z) ((y) ^ ((z) & ((x) ^ (y))))
 #define MD5_H(x, y, z) ((x) ^ (y) ^ (z))
 #define MD5_I(x, y, z) ((y) ^ ((x) | ~(z)))
-#define STEP(f, a, b, c, d, w, t, s)                   \
-    do {                                               \
-        (a) += MD5_##f((b), (c), (d)) + (w) + (t);     \
-        (a) = MD5_ROTL((a), (s)) + (b);                \
-    } while (0)
 
-/* One 64-byte block into the state (RFC 1321, section 3.4): 4 rounds of 16 steps, each step's
- * constant the integer part of 2^32 * |sin(i + 1)|, its word and shift fixed by the RFC. */
+/* The 64 steps of RFC 1321, section 3.4, as S(function, a, b, c, d, word, constant, shift):
+ * 4 rounds of 16, each constant the integer part of 2^32 * |sin(i + 1)|, words and shifts as
+ * the RFC orders them. One list serves the single and the 4-lane block functions. */
+#define MD5_STEPS(S) \
+    S(F, a, b, c, d,  0, 0xd76aa478u,  7) \
+    S(F, d, a, b, c,  1, 0xe8c7b756u, 12) \
+    S(F, c, d, a, b,  2, 0x242070dbu, 17) \
+    S(F, b, c, d, a,  3, 0xc1bdceeeu, 22) \
+    S(F, a, b, c, d,  4, 0xf57c0fafu,  7) \
+    S(F, d, a, b, c,  5, 0x4787c62au, 12) \
+    S(F, c, d, a, b,  6, 0xa8304613u, 17) \
+    S(F, b, c, d, a,  7, 0xfd469501u, 22) \
+    S(F, a, b, c, d,  8, 0x698098d8u,  7) \
+    S(F, d, a, b, c,  9, 0x8b44f7afu, 12) \
+    S(F, c, d, a, b, 10, 0xffff5bb1u, 17) \
+    S(F, b, c, d, a, 11, 0x895cd7beu, 22) \
+    S(F, a, b, c, d, 12, 0x6b901122u,  7) \
+    S(F, d, a, b, c, 13, 0xfd987193u, 12) \
+    S(F, c, d, a, b, 14, 0xa679438eu, 17) \
+    S(F, b, c, d, a, 15, 0x49b40821u, 22) \
+    S(G, a, b, c, d,  1, 0xf61e2562u,  5) \
+    S(G, d, a, b, c,  6, 0xc040b340u,  9) \
+    S(G, c, d, a, b, 11, 0x265e5a51u, 14) \
+    S(G, b, c, d, a,  0, 0xe9b6c7aau, 20) \
+    S(G, a, b, c, d,  5, 0xd62f105du,  5) \
+    S(G, d, a, b, c, 10, 0x02441453u,  9) \
+    S(G, c, d, a, b, 15, 0xd8a1e681u, 14) \
+    S(G, b, c, d, a,  4, 0xe7d3fbc8u, 20) \
+    S(G, a, b, c, d,  9, 0x21e1cde6u,  5) \
+    S(G, d, a, b, c, 14, 0xc33707d6u,  9) \
+    S(G, c, d, a, b,  3, 0xf4d50d87u, 14) \
+    S(G, b, c, d, a,  8, 0x455a14edu, 20) \
+    S(G, a, b, c, d, 13, 0xa9e3e905u,  5) \
+    S(G, d, a, b, c,  2, 0xfcefa3f8u,  9) \
+    S(G, c, d, a, b,  7, 0x676f02d9u, 14) \
+    S(G, b, c, d, a, 12, 0x8d2a4c8au, 20) \
+    S(H, a, b, c, d,  5, 0xfffa3942u,  4) \
+    S(H, d, a, b, c,  8, 0x8771f681u, 11) \
+    S(H, c, d, a, b, 11, 0x6d9d6122u, 16) \
+    S(H, b, c, d, a, 14, 0xfde5380cu, 23) \
+    S(H, a, b, c, d,  1, 0xa4beea44u,  4) \
+    S(H, d, a, b, c,  4, 0x4bdecfa9u, 11) \
+    S(H, c, d, a, b,  7, 0xf6bb4b60u, 16) \
+    S(H, b, c, d, a, 10, 0xbebfbc70u, 23) \
+    S(H, a, b, c, d, 13, 0x289b7ec6u,  4) \
+    S(H, d, a, b, c,  0, 0xeaa127fau, 11) \
+    S(H, c, d, a, b,  3, 0xd4ef3085u, 16) \
+    S(H, b, c, d, a,  6, 0x04881d05u, 23) \
+    S(H, a, b, c, d,  9, 0xd9d4d039u,  4) \
+    S(H, d, a, b, c, 12, 0xe6db99e5u, 11) \
+    S(H, c, d, a, b, 15, 0x1fa27cf8u, 16) \
+    S(H, b, c, d, a,  2, 0xc4ac5665u, 23) \
+    S(I, a, b, c, d,  0, 0xf4292244u,  6) \
+    S(I, d, a, b, c,  7, 0x432aff97u, 10) \
+    S(I, c, d, a, b, 14, 0xab9423a7u, 15) \
+    S(I, b, c, d, a,  5, 0xfc93a039u, 21) \
+    S(I, a, b, c, d, 12, 0x655b59c3u,  6) \
+    S(I, d, a, b, c,  3, 0x8f0ccc92u, 10) \
+    S(I, c, d, a, b, 10, 0xffeff47du, 15) \
+    S(I, b, c, d, a,  1, 0x85845dd1u, 21) \
+    S(I, a, b, c, d,  8, 0x6fa87e4fu,  6) \
+    S(I, d, a, b, c, 15, 0xfe2ce6e0u, 10) \
+    S(I, c, d, a, b,  6, 0xa3014314u, 15) \
+    S(I, b, c, d, a, 13, 0x4e0811a1u, 21) \
+    S(I, a, b, c, d,  4, 0xf7537e82u,  6) \
+    S(I, d, a, b, c, 11, 0xbd3af235u, 10) \
+    S(I, c, d, a, b,  2, 0x2ad7d2bbu, 15) \
+    S(I, b, c, d, a,  9, 0xeb86d391u, 21)
+
+static inline uint32_t
+load_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16)
+           | ((uint32_t)p[3] << 24);
+}
+
+static inline void
+store_le32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+/* One 64-byte block into the state (words are little-endian whatever the host). */
 static void
 md5_block(uint32_t state[4], const unsigned char *p)
 {
     uint32_t x[16];
-    for (int i = 0; i < 16; i++) {  /* words are little-endian whatever the host */
-        x[i] = (uint32_t)p[4 * i] | ((uint32_t)p[4 * i + 1] << 8)
-               | ((uint32_t)p[4 * i + 2] << 16) | ((uint32_t)p[4 * i + 3] << 24);
+    for (int i = 0; i < 16; i++) {
+        x[i] = load_le32(p + 4 * i);
     }
     uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
-    STEP(F, a, b, c, d, x[ 0], 0xd76aa478u,  7);
-    STEP(F, d, a, b, c, x[ 1], 0xe8c7b756u, 12);
-    STEP(F, c, d, a, b, x[ 2], 0x242070dbu, 17);
-    STEP(F, b, c, d, a, x[ 3], 0xc1bdceeeu, 22);
-    STEP(F, a, b, c, d, x[ 4], 0xf57c0fafu,  7);
-    STEP(F, d, a, b, c, x[ 5], 0x4787c62au, 12);
-    STEP(F, c, d, a, b, x[ 6], 0xa8304613u, 17);
-    STEP(F, b, c, d, a, x[ 7], 0xfd469501u, 22);
-    STEP(F, a, b, c, d, x[ 8], 0x698098d8u,  7);
-    STEP(F, d, a, b, c, x[ 9], 0x8b44f7afu, 12);
-    STEP(F, c, d, a, b, x[10], 0xffff5bb1u, 17);
-    STEP(F, b, c, d, a, x[11], 0x895cd7beu, 22);
-    STEP(F, a, b, c, d, x[12], 0x6b901122u,  7);
-    STEP(F, d, a, b, c, x[13], 0xfd987193u, 12);
-    STEP(F, c, d, a, b, x[14], 0xa679438eu, 17);
-    STEP(F, b, c, d, a, x[15], 0x49b40821u, 22);
-    STEP(G, a, b, c, d, x[ 1], 0xf61e2562u,  5);
-    STEP(G, d, a, b, c, x[ 6], 0xc040b340u,  9);
-    STEP(G, c, d, a, b, x[11], 0x265e5a51u, 14);
-    STEP(G, b, c, d, a, x[ 0], 0xe9b6c7aau, 20);
-    STEP(G, a, b, c, d, x[ 5], 0xd62f105du,  5);
-    STEP(G, d, a, b, c, x[10], 0x02441453u,  9);
-    STEP(G, c, d, a, b, x[15], 0xd8a1e681u, 14);
-    STEP(G, b, c, d, a, x[ 4], 0xe7d3fbc8u, 20);
-    STEP(G, a, b, c, d, x[ 9], 0x21e1cde6u,  5);
-    STEP(G, d, a, b, c, x[14], 0xc33707d6u,  9);
-    STEP(G, c, d, a, b, x[ 3], 0xf4d50d87u, 14);
-    STEP(G, b, c, d, a, x[ 8], 0x455a14edu, 20);
-    STEP(G, a, b, c, d, x[13], 0xa9e3e905u,  5);
-    STEP(G, d, a, b, c, x[ 2], 0xfcefa3f8u,  9);
-    STEP(G, c, d, a, b, x[ 7], 0x676f02d9u, 14);
-    STEP(G, b, c, d, a, x[12], 0x8d2a4c8au, 20);
-    STEP(H, a, b, c, d, x[ 5], 0xfffa3942u,  4);
-    STEP(H, d, a, b, c, x[ 8], 0x8771f681u, 11);
-    STEP(H, c, d, a, b, x[11], 0x6d9d6122u, 16);
-    STEP(H, b, c, d, a, x[14], 0xfde5380cu, 23);
-    STEP(H, a, b, c, d, x[ 1], 0xa4beea44u,  4);
-    STEP(H, d, a, b, c, x[ 4], 0x4bdecfa9u, 11);
-    STEP(H, c, d, a, b, x[ 7], 0xf6bb4b60u, 16);
-    STEP(H, b, c, d, a, x[10], 0xbebfbc70u, 23);
-    STEP(H, a, b, c, d, x[13], 0x289b7ec6u,  4);
-    STEP(H, d, a, b, c, x[ 0], 0xeaa127fau, 11);
-    STEP(H, c, d, a, b, x[ 3], 0xd4ef3085u, 16);
-    STEP(H, b, c, d, a, x[ 6], 0x04881d05u, 23);
-    STEP(H, a, b, c, d, x[ 9], 0xd9d4d039u,  4);
-    STEP(H, d, a, b, c, x[12], 0xe6db99e5u, 11);
-    STEP(H, c, d, a, b, x[15], 0x1fa27cf8u, 16);
-    STEP(H, b, c, d, a, x[ 2], 0xc4ac5665u, 23);
-    STEP(I, a, b, c, d, x[ 0], 0xf4292244u,  6);
-    STEP(I, d, a, b, c, x[ 7], 0x432aff97u, 10);
-    STEP(I, c, d, a, b, x[14], 0xab9423a7u, 15);
-    STEP(I, b, c, d, a, x[ 5], 0xfc93a039u, 21);
-    STEP(I, a, b, c, d, x[12], 0x655b59c3u,  6);
-    STEP(I, d, a, b, c, x[ 3], 0x8f0ccc92u, 10);
-    STEP(I, c, d, a, b, x[10], 0xffeff47du, 15);
-    STEP(I, b, c, d, a, x[ 1], 0x85845dd1u, 21);
-    STEP(I, a, b, c, d, x[ 8], 0x6fa87e4fu,  6);
-    STEP(I, d, a, b, c, x[15], 0xfe2ce6e0u, 10);
-    STEP(I, c, d, a, b, x[ 6], 0xa3014314u, 15);
-    STEP(I, b, c, d, a, x[13], 0x4e0811a1u, 21);
-    STEP(I, a, b, c, d, x[ 4], 0xf7537e82u,  6);
-    STEP(I, d, a, b, c, x[11], 0xbd3af235u, 10);
-    STEP(I, c, d, a, b, x[ 2], 0x2ad7d2bbu, 15);
-    STEP(I, b, c, d, a, x[ 9], 0xeb86d391u, 21);
+#define S1(f, a, b, c, d, k, t, s)                           \
+    (a) += MD5_##f((b), (c), (d)) + x[k] + (t);              \
+    (a) = MD5_ROTL((a), (s)) + (b);
+    MD5_STEPS(S1)
+#undef S1
     state[0] += a;
     state[1] += b;
     state[2] += c;
     state[3] += d;
 }
 
-#undef STEP
+#define MD5_LANES 4
+
+/* The digests of MD5_LANES messages of one block each (already padded), in lockstep: one MD5
+ * is a chain of dependent additions and rotations that leaves most of a core idle, and
+ * independent lanes fill it (the compiler interleaves, or vectorises, the lane loops). */
+static void
+md5_blocks_lanes(const unsigned char blocks[MD5_LANES][64], unsigned char *const out[MD5_LANES])
+{
+    uint32_t x[16][MD5_LANES];
+    for (int i = 0; i < 16; i++) {
+        for (int l = 0; l < MD5_LANES; l++) {
+            x[i][l] = load_le32(blocks[l] + 4 * i);
+        }
+    }
+    uint32_t a[MD5_LANES], b[MD5_LANES], c[MD5_LANES], d[MD5_LANES];
+    for (int l = 0; l < MD5_LANES; l++) {
+        a[l] = 0x67452301u;
+        b[l] = 0xefcdab89u;
+        c[l] = 0x98badcfeu;
+        d[l] = 0x10325476u;
+    }
+#define S4(f, a, b, c, d, k, t, s)                                  \
+    for (int l = 0; l < MD5_LANES; l++) {                            \
+        (a)[l] += MD5_##f((b)[l], (c)[l], (d)[l]) + x[k][l] + (t);  \
+        (a)[l] = MD5_ROTL((a)[l], (s)) + (b)[l];                    \
+    }
+    MD5_STEPS(S4)
+#undef S4
+    for (int l = 0; l < MD5_LANES; l++) {
+        store_le32(out[l], a[l] + 0x67452301u);
+        store_le32(out[l] + 4, b[l] + 0xefcdab89u);
+        store_le32(out[l] + 8, c[l] + 0x98badcfeu);
+        store_le32(out[l] + 12, d[l] + 0x10325476u);
+    }
+}
+
+/* The last block of a message of n <= 55 bytes: its bytes, 0x80, zeros, its length in bits. */
+static inline void
+md5_pad_short(unsigned char block[64], const unsigned char *data, size_t n)
+{
+    memcpy(block, data, n);
+    block[n] = 0x80;
+    memset(block + n + 1, 0, 55 - n);
+    uint64_t bits = (uint64_t)n << 3;
+    for (int i = 0; i < 8; i++) {
+        block[56 + i] = (unsigned char)(bits >> (8 * i));
+    }
+}
+
+/* Digests of short keys (55 bytes or fewer: one block) wait here until MD5_LANES of them can be
+ * computed together; each knows where its digest goes. */
+typedef struct {
+    unsigned char blocks[MD5_LANES][64];
+    unsigned char *out[MD5_LANES];
+    int pending;
+} md5_lanes;
+
+static void
+md5_lanes_flush(md5_lanes *lanes)
+{
+    if (lanes->pending == MD5_LANES) {
+        md5_blocks_lanes((const unsigned char (*)[64])lanes->blocks, lanes->out);
+    }
+    else {
+        for (int l = 0; l < lanes->pending; l++) {
+            uint32_t state[4] = {0x67452301u, 0xefcdab89u, 0x98badcfeu, 0x10325476u};
+            md5_block(state, lanes->blocks[l]);
+            for (int i = 0; i < 4; i++) {
+                store_le32(lanes->out[l] + 4 * i, state[i]);
+            }
+        }
+    }
+    lanes->pending = 0;
+}
 
 /* The 16-byte MD5 digest of data[0:n] into out. The whole blocks are read in place; the tail,
  * the 0x80 byte, the zero padding and the length in bits (64-bit little-endian) take one or two
@@ -625,10 +717,23 @@ md5_digest(const unsigned char *data, size_t n, unsigned char out[16])
         md5_block(state, tail + 64);
     }
     for (int i = 0; i < 4; i++) {
-        out[4 * i] = (unsigned char)state[i];
-        out[4 * i + 1] = (unsigned char)(state[i] >> 8);
-        out[4 * i + 2] = (unsigned char)(state[i] >> 16);
-        out[4 * i + 3] = (unsigned char)(state[i] >> 24);
+        store_le32(out + 4 * i, state[i]);
+    }
+}
+
+/* The digest of a key into out: now for a long key, with the next MD5_LANES - 1 short ones
+ * for a short key (md5_lanes_flush computes what is still pending). */
+static inline void
+md5_key(md5_lanes *lanes, const unsigned char *key, size_t n, unsigned char *out)
+{
+    if (n > 55) {
+        md5_digest(key, n, out);
+        return;
+    }
+    md5_pad_short(lanes->blocks[lanes->pending], key, n);
+    lanes->out[lanes->pending] = out;
+    if (++lanes->pending == MD5_LANES) {
+        md5_lanes_flush(lanes);
     }
 }
 
@@ -784,6 +889,8 @@ key_digests(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                         : PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * 16));
     PyObject *big_offset = NULL;  /* the first selected offset beyond int64, raised at the end */
     int64_t big_index = 0;
+    md5_lanes lanes;
+    lanes.pending = 0;
     if (digests == NULL) {
         goto error;
     }
@@ -881,7 +988,7 @@ key_digests(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (int k = 0; k < 8; k++) {
             o[k] = (unsigned char)(u >> (8 * k));
         }
-        md5_digest(p + key_at, (size_t)key_size, out_digests + 16 * selected);
+        md5_key(&lanes, p + key_at, (size_t)key_size, out_digests + 16 * selected);
         selected++;
     }
     if (pos != end) {
@@ -889,6 +996,7 @@ key_digests(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                           (long long)(end - pos), (long long)count);
         goto error;
     }
+    md5_lanes_flush(&lanes);
     if (big_offset != NULL) {
         raise_block_error(0, 0, "record %lld has the offset %S, beyond the int64 range",
                           (long long)big_index, big_offset);
