@@ -43,8 +43,9 @@ task and the tasks that read nothing (empty partitions).
 
 **Where the time goes**: the engines' pass 1 (scan) and pass 2 (rewrite) times, and, on the first
 ``--profile-mib`` of the input in this process, single-threaded, each layer of the scan that a Spark
-task runs: reading the files, framing batches with their CRC, decoding records, the (key, offset)
-rows of ``iter_segment_rows``, and those rows as Arrow batches (``spark_engine._scan_batches``, what
+task runs: reading the files, framing batches with their CRC, decoding records into objects (what
+the scan no longer does, for comparison), the packed (offset, key MD5) arrays of
+``iter_segment_digests``, and those as Arrow batches (``spark_engine._scan_batches``, what
 ``mapInArrow`` gets); the PythonEngine's pass 1 (``scan_segment``) beside them.
 
 **Bloom filters**: a tiered partition (``LocalLog``, the ``local`` RSM, the ``embedded`` RLMM, as
@@ -906,7 +907,7 @@ def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, A
     from tierlog.compaction.engine import SegmentTask
     from tierlog.compaction.scan import (
         iter_raw_batches,
-        iter_segment_rows,
+        iter_segment_digests,
         records_of,
         scan_segment,
     )
@@ -944,18 +945,10 @@ def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, A
             for header, data in iter_raw_batches(path):
                 records += len(records_of(header, data))
 
-    def rows() -> None:
+    def digests() -> None:
         for path in paths:
-            for _ in iter_segment_rows(path, aborted=aborted, end_offset=end_offset):
+            for _ in iter_segment_digests(path, aborted=aborted, end_offset=end_offset):
                 pass
-
-    def latest() -> None:
-        for path in paths:
-            in_segment: dict[bytes, int] = {}
-            for found in iter_segment_rows(path, aborted=aborted, end_offset=end_offset):
-                if found.keys:
-                    in_segment.update(zip(found.keys, found.offsets, strict=True))
-            list(in_segment.items())
 
     def arrow() -> None:
         tasks = tuple(
@@ -963,7 +956,7 @@ def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, A
             for i, p in enumerate(paths)
         )
         batch = pa.RecordBatch.from_arrays([pa.array(range(len(tasks)), pa.int32())], ["index"])
-        for _ in _scan_batches(tasks, (), 0, end_offset, [batch]):
+        for _ in _scan_batches(tasks, (), end_offset, len(tasks), [batch]):
             pass
 
     def python_scan() -> None:
@@ -979,8 +972,7 @@ def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, A
         ("read", "read the files (page cache)", read),
         ("frame", "+ frame batches, CRC (iter_raw_batches)", frame),
         ("decode", "+ decode records (records_of)", decode),
-        ("rows", "+ (key, offset) rows (iter_segment_rows)", rows),
-        ("latest", "+ latest offset per key in a segment (a dict)", latest),
+        ("digests", "frame + (offset, key MD5) arrays (iter_segment_digests)", digests),
         ("arrow", "+ Arrow batches (spark_engine._scan_batches)", arrow),
         ("python_scan", "PythonEngine pass 1 (scan_segment)", python_scan),
     ]

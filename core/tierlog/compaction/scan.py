@@ -4,13 +4,13 @@ Every function here reads a single segment file and needs nothing from other seg
 what it is handed (the aborted transactions of the round), so each is one independent task: the
 single-process cleaner calls them in a loop, the Spark engine in ``mapPartitions``.
 
-Kafka's ``SkimpyOffsetMap`` identifies a key by the MD5 digest of its bytes; the engines here
-identify it by the bytes themselves (a null key is no key, an empty key is a key), which is the
-same identity short of an MD5 collision and costs no hashing in Python. Digests (``key_digest``)
-remain the identity of the Bloom filters, whose size must not depend on key length.
-Holding digests rather than keys
-bounds the size of a map entry whatever the key length, and makes a tierlog map merge the keys
-Kafka's would merge.
+Kafka's ``SkimpyOffsetMap`` identifies a key by the MD5 digest of its bytes. The distributed
+engine does too (``iter_segment_digests``): a digest is 16 bytes whatever the key's length, two
+fixed-width columns that Spark shuffles and aggregates without touching variable-length data,
+and it merges exactly the keys Kafka's map would merge. The in-process engine keys its dict by
+the key bytes (``scan_segment``): Python hashes bytes faster than it computes an MD5, and the
+identity is the same short of an MD5 collision. Digests (``key_digest``) are also the identity
+of the Bloom filters, whose size must not depend on key length.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from tierlog.log.reader import iter_batches
 from tierlog.log.record import Record
 
 __all__ = [
-    "BatchRows",
+    "BatchDigests",
     "KeyMap",
     "SegmentScan",
     "iter_raw_batches",
     "key_digest",
     "marker_kind",
     "scan_segment",
-    "iter_segment_rows",
+    "iter_segment_digests",
 ]
 
 KeyMap = dict[bytes, int]
@@ -164,27 +164,33 @@ def scan_segment(
     return scan
 
 
-class BatchRows(NamedTuple):
-    """What one batch contributes to the distributed scan (see ``iter_segment_rows``)."""
+class BatchDigests(NamedTuple):
+    """What one batch contributes to the distributed scan (see ``iter_segment_digests``)."""
 
     size: int
     records: int
     """Records decoded."""
     event: TxnEvent | None
-    keys: list[bytes]
-    offsets: list[int]
+    offsets: bytes
+    """The offsets of the batch's keyed records below the end offset, little-endian int64."""
+    digests: bytes
+    """Their keys' MD5 digests, 16 bytes each, in the same order."""
 
 
-def iter_segment_rows(
+def iter_segment_digests(
     path: str | os.PathLike[str], *, aborted: AbortedIndex, end_offset: int
-) -> Iterator[BatchRows]:
-    """Read one segment for the distributed engine, batch by batch.
+) -> Iterator[BatchDigests]:
+    """Read one segment for the distributed engine, batch by batch, as packed arrays.
 
-    Every keyed record of a batch that is neither a control batch nor aborted comes out as a
-    (key, offset) row: every one, not only the latest per key, since the engine finds the
-    superseded records by joining these rows with the offset map. Every transactional or control
-    batch comes out as its ``TxnEvent``.
+    Every keyed record of a batch that is neither a control batch nor aborted comes out as an
+    (offset, key digest) pair: every one, not only the latest per key, since the engine finds
+    the superseded records of a clean-section segment by joining these pairs with the offset
+    map. Every transactional or control batch comes out as its ``TxnEvent``. The pairs are
+    extracted by ``key_digests.batch_key_digests`` (no Python object per record), so a batch
+    costs a few calls whatever its record count.
     """
+    from tierlog.compaction.key_digests import batch_key_digests
+
     name = str(path)
     for header, data in iter_raw_batches(path):
         if header.base_offset >= end_offset:
@@ -193,23 +199,17 @@ def iter_segment_rows(
             records = records_of(header, data, name)
             kind = marker_kind(header, records)
             marker = TxnEvent(header.base_offset, header.last_offset, header.producer_id, kind)
-            yield BatchRows(len(data), len(records), marker, [], [])
+            yield BatchDigests(len(data), len(records), marker, b"", b"")
             continue
         event: TxnEvent | None = None
         if header.is_transactional:
             pid = header.producer_id
             event = TxnEvent(header.base_offset, header.last_offset, pid, MarkerKind.NONE)
             if aborted.is_aborted(pid, header.last_offset):
-                yield BatchRows(len(data), 0, event, [], [])
+                yield BatchDigests(len(data), 0, event, b"", b"")
                 continue
-        records = records_of(header, data, name)
-        keys: list[bytes] = []
-        offsets: list[int] = []
-        for r in records:
-            if r.key is not None and r.offset < end_offset:
-                keys.append(r.key)
-                offsets.append(r.offset)
-        yield BatchRows(len(data), len(records), event, keys, offsets)
+        found = batch_key_digests(header, data, end_offset=end_offset, path=name)
+        yield BatchDigests(len(data), found.records, event, found.offsets, found.digests)
 
 
 def segment_facts(path: Path) -> tuple[int | None, int]:
