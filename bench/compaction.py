@@ -34,7 +34,8 @@ included) with the engine's two passes timed inside it (pass 2 without the swaps
 (a) ``PythonEngine`` in this process; (b) ``SparkEngine`` on ``local[1]`` and (c) on ``local[2]``,
 each in a child process of its own (a fresh JVM, ``--spark-driver-memory``, Spark's default JVM
 options: no SerialGC or C1-only flags, which slow heavy work), the session start-up and a first job
-that starts the Python workers timed apart from the clean. Records/s and MB/s count what the round's
+that starts the Arrow Python workers (importing the engine, as on a session already in use) timed
+apart from the clean. Records/s and MB/s count what the round's
 pass 2 read (Kafka's ``Start size``). Ratios: Spark local[2] / Kafka (goal >= 0.5), Spark local[2] /
 Python (goal >= 1), local[2] / local[1] (goal >= 1.6). tierlog's survivors are counted against
 Kafka's ``End size`` messages. Each Spark run keeps Spark's event log, from which every stage of the
@@ -767,8 +768,12 @@ def run_clean(
 
 
 # Spark, in child processes -----------------------------------------------------------------------
-def _warm_up(_x: int) -> int:
-    return _x
+def _warm_up(batches: Any) -> Any:
+    """A first job's task: starts an Arrow Python worker, which imports the engine (pyarrow,
+    numpy, tierlog), as the round's tasks would on a session already in use."""
+    import tierlog.compaction.spark_engine  # noqa: F401
+
+    yield from batches
 
 
 def spark_child(spec_path: Path) -> int:
@@ -803,7 +808,8 @@ def spark_child(spec_path: Path) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         threads = local_threads(master) or 2
         t0 = time.perf_counter()
-        spark.sparkContext.parallelize(range(threads), threads).map(_warm_up).count()
+        warm = spark.createDataFrame([(i,) for i in range(2 * threads)], "x int")
+        warm.repartition(2 * threads).mapInArrow(_warm_up, "x int").collect()
         first_job_s = time.perf_counter() - t0
         log(f"  {run['label']}: session {session_s:.1f} s, first job {first_job_s:.1f} s")
         figures = run_clean(Path(run["dir"]), run["config"], SparkEngine(spark), run["label"])
