@@ -13,6 +13,10 @@ The master is ready when it has been elected leader and its port accepts connect
 when it logs ``Successfully registered with master`` (10-15 s for the whole cluster on two
 cores). Executors are JVMs the worker starts in its own process group, so stopping a worker
 (SIGTERM to the group, SIGKILL if it lingers) stops its executors and their Python workers too.
+A worker starts each executor in ``<work>/<app id>/<executor id>`` (its logs are there);
+``SparkCluster.executors`` finds the running executor JVMs by that working directory (Linux
+``/proc``), which is what a test that kills an executor needs: a cluster of another test on the
+same machine has other work directories.
 
 A driver reaches the cluster with ``SparkSession.builder.master(cluster.url)``; its executors run
 the Python the driver names (``PYSPARK_PYTHON``, which ``tierlog.compaction.spark_session`` sets
@@ -36,15 +40,20 @@ from typing import Final
 from services._common import Service, free_ports, spawn_process, wait_ready
 
 __all__ = [
+    "EXECUTOR_CLASS",
     "MASTER_READY_LINE",
     "WORKER_READY_LINE",
+    "ExecutorProcess",
     "SparkCluster",
     "spark_home",
     "start_spark_cluster",
+    "work_dir",
 ]
 
 MASTER_CLASS: Final = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS: Final = "org.apache.spark.deploy.worker.Worker"
+EXECUTOR_CLASS: Final = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+"""The main class of an executor JVM a standalone worker starts."""
 MASTER_READY_LINE: Final = "I have been elected leader!"
 """What the master logs once it accepts workers and applications (recovery mode NONE)."""
 WORKER_READY_LINE: Final = "Successfully registered with master"
@@ -114,6 +123,42 @@ def _env(home: Path, extra: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def work_dir(worker: Service) -> Path:
+    """Where ``worker`` keeps its applications' directories (its ``--work-dir``)."""
+    return worker.directory / "work"
+
+
+@dataclass(frozen=True)
+class ExecutorProcess:
+    """A running executor JVM of the cluster."""
+
+    worker: Service
+    app_id: str
+    executor_id: str
+    pid: int
+
+    @property
+    def directory(self) -> Path:
+        """The executor's working directory, with its ``stdout`` and ``stderr`` logs."""
+        return work_dir(self.worker) / self.app_id / self.executor_id
+
+    def alive(self) -> bool:
+        """Whether the process still runs (a zombie its worker has not reaped yet does not)."""
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        # The state follows the command name, which is in parentheses and may hold spaces.
+        return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _cmdline(pid: str) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
 @dataclass
 class SparkCluster:
     """A standalone master and its workers; ``url`` is what a driver's ``master`` is set to."""
@@ -141,6 +186,32 @@ class SparkCluster:
             if service.process.poll() is not None:
                 return service
         return None
+
+    def executors(self, app_id: str | None = None) -> list[ExecutorProcess]:
+        """The executor JVMs running on this cluster's workers (of ``app_id`` only, if given),
+        found in ``/proc`` by their working directory, ``<work>/<app id>/<executor id>``: the
+        Python workers under an executor share that directory but not its main class."""
+        works = {work_dir(w).resolve(): w for w in self.workers}
+        found = []
+        proc = Path("/proc")
+        if not proc.is_dir():
+            raise RuntimeError("finding executor processes needs Linux's /proc")
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cwd = (entry / "cwd").resolve(strict=True)
+            except OSError:  # gone, or another user's
+                continue
+            worker = works.get(cwd.parent.parent)
+            if worker is None or (app_id is not None and cwd.parent.name != app_id):
+                continue
+            if EXECUTOR_CLASS not in _cmdline(entry.name):
+                continue
+            process = ExecutorProcess(worker, cwd.parent.name, cwd.name, int(entry.name))
+            if process.alive():
+                found.append(process)
+        return sorted(found, key=lambda e: (e.app_id, e.executor_id))
 
     def log_tail(self, lines: int = 40) -> str:
         """The end of every daemon's log, each under its name."""

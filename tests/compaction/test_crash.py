@@ -29,9 +29,25 @@ object the RLMM does not know, no temporary file), and the cleaner checkpoint fi
 the reference's says. For the in-place cleaner: no ``.cleaned``, ``.swap`` or ``.deleted`` file
 is left and the checkpoint matches.
 
-Spark: an executor's Python worker killed right after its upload (Spark retries the task on
-``local[2,4]``, the round completes and equals the reference), and the driver killed after the
-second publication, then rerun on Spark.
+Spark, local: an executor's Python worker killed right after its upload (Spark retries the
+task on ``local[2,4]``, the round completes and equals the reference), and the driver killed
+after the second publication, then rerun on Spark.
+
+Spark, on the real standalone cluster of ``spark_standalone_cluster`` (marked ``spark``,
+``slow`` and ``xdist_group(STANDALONE_GROUP)``: one pytest worker runs them on one cluster):
+
+- the driver (``_crash_child`` on ``spark://...``) killed at every point a Spark round passes on
+  its driver (``CLUSTER_DRIVER_KILLS``: the first publication started with every cleaned
+  segment uploaded, two and all published, the expiration task's deletion started and its data
+  deleted); the partial state is checked knowing that Spark's executors upload every segment
+  before the first publication; the cluster must stop the dead driver's executors (a separate
+  JVM per worker) before a new driver reruns the round on the cluster, which converges;
+- an executor JVM (``CoarseGrainedExecutorBackend``, found by ``SparkCluster.executors``)
+  killed from this process the moment the first object of a cleaned segment appears in the
+  RSM, the driver in this process: the worker starts a new executor, Spark reruns the lost
+  tasks and the lost shuffle output on it, and the round completes equal to the reference;
+  had Spark given up, the test checks no loss and that a rerun on the cluster converges
+  instead. The kill lands anywhere in an upload, also inside the RSM's write of a file.
 """
 
 from __future__ import annotations
@@ -42,14 +58,21 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
-from services.spark_fixtures import LOCAL_MASTER, TEST_JAVA_OPTIONS, SparkSessions
+from services.spark import ExecutorProcess, SparkCluster, work_dir
+from services.spark_fixtures import (
+    LOCAL_MASTER,
+    STANDALONE_GROUP,
+    TEST_JAVA_OPTIONS,
+    SparkSessions,
+)
 
 from rlm._tiering import tier
 from tierlog.compaction.faults import KILL_AT, KILL_ONCE
@@ -61,6 +84,9 @@ from tierlog.spi import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicPa
 
 from . import _crash_child as child
 from ._crash_child import LOCAL_NAME, LOCAL_TOPIC, TIP, open_partition
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 CHILD = Path(__file__).with_name("_crash_child.py")
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
@@ -429,17 +455,23 @@ def check_converged(view: TieredView, reference: Reference) -> None:
     assert not problems, "the rerun did not converge:\n- " + "\n- ".join(problems)
 
 
-def check_kill_left(view: TieredView, point: str, nth: int, total: int) -> None:
-    """Invariant 3: the partial state the point names (the Python engine uploads and publishes
-    one segment at a time, in offset order)."""
+def check_kill_left(
+    view: TieredView, point: str, nth: int, total: int, *, uploads_first: bool = False
+) -> None:
+    """Invariant 3: the partial state the point names. The Python engine uploads and publishes
+    one segment at a time, in offset order; the Spark engine's executors upload every cleaned
+    segment before the driver publishes the first (``uploads_first``), so the segments not yet
+    published are already in the RSM."""
     finished, started = view.cleaned(FINISHED), view.cleaned(STARTED)
     deleting = [s for s in view.segments if s.state is DELETE_STARTED]
+    unpublished = total - nth if uploads_first else 0
     if point == "upload.copied":
+        assert not uploads_first, "Spark uploads on executors: that point does not stop a driver"
         assert (finished, started, len(view.unknown_objects)) == (nth - 1, 0, 1)
     elif point == "publish.started":
-        assert (finished, started, len(view.unknown_objects)) == (nth - 1, 1, 0)
+        assert (finished, started, len(view.unknown_objects)) == (nth - 1, 1, unpublished)
     elif point == "publish.finished":
-        assert (finished, started, len(view.unknown_objects)) == (nth, 0, 0)
+        assert (finished, started, len(view.unknown_objects)) == (nth, 0, unpublished)
     else:
         assert (finished, started) == (total, 0)
         assert len(deleting) == 1, deleting
@@ -584,28 +616,42 @@ def test_an_executor_killed_after_its_upload_is_retried_and_the_round_completes(
     check_converged(view, reference)
 
 
-@pytest.mark.spark
-def test_a_driver_killed_between_publications_loses_nothing_and_a_rerun_converges(
-    initial: Initial, reference: Reference, tmp_path: Path
+def _spark_args(master: str, directory: Path) -> list[str]:
+    """The child's arguments for a round as a Spark job on ``master``."""
+    args = ["--engine", "spark", "--spark-master", master]
+    for key, value in _spark_conf(directory).items():
+        args += ["--spark-conf", f"{key}={value}"]
+    return args
+
+
+def _kill_driver_and_rerun(
+    initial: Initial,
+    reference: Reference,
+    directory: Path,
+    master: str,
+    kill: tuple[str, int],
+    *,
+    after_kill: Callable[[], None] | None = None,
 ) -> None:
-    """The driver (a child process running the round on ``local[2]``) dies after the second
-    publication: every cleaned segment was uploaded by the executors, two are published."""
-    root = initial.copy(tmp_path / "state")
-    spark_args = ["--engine", "spark", "--spark-master", LOCAL_MASTER]
-    for key, value in _spark_conf(tmp_path).items():
-        spark_args += ["--spark-conf", f"{key}={value}"]
+    """Kill the driver (the child running the round as a Spark job on ``master``) at ``kill``,
+    check what it left, run ``after_kill``, then rerun it on ``master``: it must converge."""
+    point, nth = kill
+    nth = reference.published if nth == LAST else nth
+    root = initial.copy(directory / "state")
+    spark_args = _spark_args(master, directory)
     _kill(
         root,
         ["clean", "expire"],
         initial.now_ms,
-        "publish.finished@2",
+        f"{point}@{nth}",
         extra_args=spark_args,
         timeout_s=SPARK_CHILD_TIMEOUT_S,
     )
-    after_kill = read_tiered(root, initial.now_ms)
-    assert after_kill.cleaned(FINISHED) == 2
-    assert len(after_kill.unknown_objects) == reference.published - 2
-    check_tiered_read(after_kill, initial, reference)
+    after = read_tiered(root, initial.now_ms)
+    check_kill_left(after, point, nth, reference.published, uploads_first=True)
+    check_tiered_read(after, initial, reference)
+    if after_kill is not None:
+        after_kill()
 
     _rerun(
         root,
@@ -613,6 +659,231 @@ def test_a_driver_killed_between_publications_loses_nothing_and_a_rerun_converge
         initial.now_ms,
         extra_args=spark_args,
         timeout_s=SPARK_CHILD_TIMEOUT_S,
+    )
+    rerun = read_tiered(root, initial.now_ms)
+    check_tiered_read(rerun, initial, reference)
+    check_converged(rerun, reference)
+
+
+@pytest.mark.spark
+def test_a_driver_killed_between_publications_loses_nothing_and_a_rerun_converges(
+    initial: Initial, reference: Reference, tmp_path: Path
+) -> None:
+    """The driver (a child process running the round on ``local[2]``) dies after the second
+    publication: every cleaned segment was uploaded by the executors, two are published."""
+    _kill_driver_and_rerun(initial, reference, tmp_path, LOCAL_MASTER, ("publish.finished", 2))
+
+
+# Spark standalone cluster ------------------------------------------------------------------------
+standalone = pytest.mark.xdist_group(STANDALONE_GROUP)
+GONE_TIMEOUT_S = 60.0
+"""How long the cluster may take to notice a dead driver or executor (a heartbeat or a closed
+connection; seconds on two busy cores)."""
+
+CLUSTER_DRIVER_KILLS = [
+    ("publish.started", 1),
+    ("publish.finished", 2),
+    ("publish.finished", LAST),
+    ("delete.started", 1),
+    ("delete.data", 1),
+]
+"""Every point a Spark round passes on its driver: the executors uploaded every cleaned segment
+and the first publication started (nothing finished yet), two and then all of them published
+(the checkpoint not yet written), the expiration task's deletion of a replaced segment started
+and its data deleted. ``upload.copied`` is on the executors (the next test)."""
+
+
+def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout_s} s"
+        time.sleep(0.1)
+
+
+def _app_ids(cluster: SparkCluster) -> set[str]:
+    """Every application the cluster's workers ran an executor of (their work directories)."""
+    return {p.name for w in cluster.workers if work_dir(w).is_dir() for p in work_dir(w).iterdir()}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@standalone
+@pytest.mark.parametrize("kill", CLUSTER_DRIVER_KILLS, ids=_point_id)
+def test_a_driver_on_the_cluster_killed_loses_nothing_and_a_rerun_on_the_cluster_converges(
+    kill: tuple[str, int],
+    initial: Initial,
+    reference: Reference,
+    tmp_path: Path,
+    spark_standalone_cluster: SparkCluster,
+) -> None:
+    """The driver, a child process running the round on the standalone cluster, dies at
+    ``kill``. Its executors are separate JVMs the worker started: the cluster must stop them
+    once it sees the driver gone (no executor of the dead attempt is left to upload behind the
+    rerun's back) before a new driver reruns the round on the cluster."""
+    cluster = spark_standalone_cluster
+    before = _app_ids(cluster)
+
+    def dead_apps_stopped() -> None:
+        dead = _app_ids(cluster) - before
+        assert len(dead) == 1, f"the killed driver ran {sorted(dead)} on the cluster"
+        _wait_for(
+            f"executors of the killed driver's {dead}",
+            lambda: not [e for e in cluster.executors() if e.app_id in dead],
+            GONE_TIMEOUT_S,
+        )
+
+    _kill_driver_and_rerun(
+        initial, reference, tmp_path, cluster.url, kill, after_kill=dead_apps_stopped
+    )
+
+
+@dataclass
+class ExecutorKill:
+    executor: ExecutorProcess
+    uploaded: int
+    """Cleaned segments whose upload had completed when the executor was killed."""
+
+
+class _ExecutorKiller(threading.Thread):
+    """Kills (SIGKILL) the application's executor JVM as soon as a new object appears in the
+    partition's RSM directory, i.e. while the rewrite tasks upload cleaned segments. If the round
+    has not ended ``timeout_s`` after that, cancels its jobs (the test then fails)."""
+
+    def __init__(
+        self,
+        cluster: SparkCluster,
+        spark: SparkSession,
+        directory: Path,
+        *,
+        timeout_s: float,
+    ) -> None:
+        super().__init__(name="executor-killer", daemon=True)
+        self.cluster = cluster
+        self.spark = spark
+        self.app_id = spark.sparkContext.applicationId
+        self.directory = directory
+        self.before = {e.name for e in os.scandir(directory)}
+        self.timeout_s = timeout_s
+        self.done = threading.Event()
+        """Set by the test when the round has ended (either way)."""
+        self.kill: ExecutorKill | None = None
+        self.error: BaseException | None = None
+        self.cancelled = False
+
+    def _new_objects(self) -> list[str]:
+        return [e.name for e in os.scandir(self.directory) if e.name not in self.before]
+
+    def run(self) -> None:
+        try:
+            deadline = time.monotonic() + self.timeout_s
+            executors = self.cluster.executors(self.app_id)
+            while not executors:
+                if self.done.is_set() or time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+                executors = self.cluster.executors(self.app_id)
+            assert len(executors) == 1, f"expected one executor on one worker: {executors}"
+            while not self._new_objects():
+                if self.done.wait(0.005) or time.monotonic() > deadline:
+                    return
+            os.kill(executors[0].pid, signal.SIGKILL)
+            uploaded = [n for n in self._new_objects() if n.endswith(".log") and n[0] != "."]
+            self.kill = ExecutorKill(executors[0], len(uploaded))
+            if not self.done.wait(self.timeout_s):
+                self.cancelled = True
+                self.spark.sparkContext.cancelAllJobs()
+        except BaseException as e:  # reported by the test
+            self.error = e
+
+
+def _partition_dir(root: Path) -> Path:
+    """The tiered partition's directory in the local RSM (every object is in it)."""
+    (directory,) = {p.parent for p in _storage_files(root)}
+    return directory
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@standalone
+def test_an_executor_jvm_killed_during_the_rewrite_is_replaced_and_nothing_is_lost(
+    initial: Initial,
+    reference: Reference,
+    tmp_path: Path,
+    spark_sessions: SparkSessions,
+    spark_standalone_cluster: SparkCluster,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """kill -9 of the executor JVM (``CoarseGrainedExecutorBackend``, with its Python workers
+    under it) while the rewrite tasks upload cleaned segments; the driver runs in this process.
+
+    The worker reports the executor dead and the master has it start a new one for the
+    application (``spark.deploy.maxExecutorRetries``, 10). The tasks the dead executor ran, and
+    the shuffle output it held, are lost: Spark reruns them on the new executor (a task may fail
+    ``spark.task.maxFailures`` times, 4 on a cluster), which uploads the same segments again
+    under the same ids. Either the round completes, equal to the reference, on the new
+    executor; or, if Spark gives up, the round fails and nothing was published wrongly: no
+    record lost or doubled, and a rerun on the cluster converges. The test records which
+    happened (``outcome``) and checks that case's evidence."""
+    from tierlog.compaction.spark_engine import SparkEngine
+
+    cluster = spark_standalone_cluster
+    root = initial.copy(tmp_path / "state")
+    spark = spark_sessions.get(cluster.url)
+    killer = _ExecutorKiller(cluster, spark, _partition_dir(root), timeout_s=SPARK_CHILD_TIMEOUT_S)
+    killer.start()
+    failure: Exception | None = None
+    summary: dict[str, object] = {}
+    try:
+        summary = child.run(
+            root, ["clean", "expire"], now_ms=initial.now_ms, engine=SparkEngine(spark)
+        )
+    except Exception as e:  # Spark gave up: py4j's error carrying the SparkException
+        failure = e
+    finally:
+        killer.done.set()
+        killer.join()
+    if killer.error is not None:
+        raise killer.error
+    assert not killer.cancelled, f"the round did not end {SPARK_CHILD_TIMEOUT_S} s after the kill"
+    kill = killer.kill
+    assert kill is not None, "the round ran no upload on an executor the test could find"
+    assert kill.uploaded < reference.published, "the kill came after every upload"
+    dead = kill.executor
+    _wait_for(f"the killed executor {dead.pid} to go", lambda: not dead.alive(), GONE_TIMEOUT_S)
+    worker_log = dead.worker.log_path.read_text(errors="replace")
+    assert f"Executor {dead.app_id}/{dead.executor_id} finished with state" in worker_log
+
+    outcome = "completed" if failure is None else "gave up"
+    record_property("outcome", outcome)
+    record_property("uploads_before_the_kill", kill.uploaded)
+    # A write the kill cut short leaves its hidden temporary file, which nothing but the
+    # segment's deletion removes (reported; convergence fails on it).
+    record_property(
+        "temp_files_after_the_round", [p.name for p in _storage_files(root) if p.name[0] == "."]
+    )
+    if failure is None:
+        # The rewrite went on on an executor the worker started after the kill.
+        replacements = [
+            e for e in cluster.executors(dead.app_id) if int(e.executor_id) > int(dead.executor_id)
+        ]
+        assert replacements, f"no executor replaced {dead} (outcome {outcome})"
+        ran = (replacements[0].directory / "stderr").read_text(errors="replace")
+        assert "Running task" in ran, f"the new executor ran no task:\n{ran[-2000:]}"
+        assert summary["cleaned"] and summary["published"] == reference.published
+        view = read_tiered(root, initial.now_ms)
+        check_tiered_read(view, initial, reference)
+        check_converged(view, reference)
+        return
+
+    # Spark gave up: the round failed before publishing, or part-way through.
+    spark_sessions.stop()  # a new application for the rerun
+    view = read_tiered(root, initial.now_ms)
+    check_tiered_read(view, initial, reference)
+    summary = child.run(
+        root,
+        ["clean", "expire"],
+        now_ms=initial.now_ms,
+        engine=SparkEngine(spark_sessions.get(cluster.url)),
     )
     rerun = read_tiered(root, initial.now_ms)
     check_tiered_read(rerun, initial, reference)
