@@ -307,7 +307,8 @@ def test_crash_during_a_retry_keeps_the_old_object_intact(
 ) -> None:
     """A process killed (SIGKILL, no cleanup) while a retry writes the segment: the final names
     still hold the first attempt's complete bytes, the new bytes are only in a hidden temporary
-    file, and a restarted instance serves the old object."""
+    file, and a restarted instance serves the old object; the retry that then succeeds removes
+    that temporary file."""
     first = segments.create(start_offset=11, size=100_000)
     second = segments.create(start_offset=11, size=200_000)
     with LocalTieredStorage() as rsm:
@@ -348,6 +349,15 @@ def test_crash_during_a_retry_keeps_the_old_object_intact(
         assert temp_size == (len(second.segment) if where == "rename" else len(second.segment) // 2)
         finals = [n for n in listing(partition_dir) if not n.startswith(".")]
         assert all(KAFKA_FILENAME.fullmatch(n) for n in finals)
+        # Another segment's write in progress is not this segment's leftover.
+        start = temps[0][1:].split("-", 1)[0]  # the same start offset, another segment id
+        other = partition_dir / f".{start}-AAAAAAAAAAAAAAAAAAAAAA.log.0123.tmp"
+        other.write_bytes(b"x")
+
+        # The copy that finally succeeds takes the killed attempt's temp file with it.
+        rsm.copy_log_segment_data(metadata_for(), second.data)
+        assert read_stream(rsm.fetch_log_segment(metadata_for(), 0)) == second.segment
+        assert [n for n in listing(partition_dir) if n.endswith(".tmp")] == [other.name]
 
 
 def test_open_stream_is_not_affected_by_a_retry(

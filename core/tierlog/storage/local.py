@@ -455,8 +455,10 @@ class LocalTieredStorage(RemoteStorageManager):
     ) -> CustomMetadata | None:
         """Copy the segment and its indexes, each file atomically; returns ``None`` like Kafka.
 
-        A retry overwrites every file, and removes the transaction index or compaction summary
-        an earlier attempt stored if this one has none. If any file fails, every file of the
+        A retry overwrites every file, removes the transaction index or compaction summary an
+        earlier attempt stored if this one has none, and removes the temp files of an attempt
+        killed mid-write (two copies of one segment id at once are not supported: one of them
+        may then fail). If any file fails, every file of the
         segment is removed (Kafka's LocalTieredStorage does the same), so a segment is never
         half there.
         """
@@ -481,6 +483,9 @@ class LocalTieredStorage(RemoteStorageManager):
             fileset.directory.mkdir(exist_ok=True)
             if created:
                 fsync_directory(fileset.directory.parent)
+            # A copy of this segment killed mid-write (a retried task, a rerun round) left its
+            # temp files; this copy replaces that attempt, so they go now, not with the segment.
+            self._remove_temp_files(fileset)
             for suffix, source in sources:
                 self._write_atomically(fileset.path(suffix), source)
             if log_segment_data.transaction_index is None:
@@ -634,13 +639,18 @@ class LocalTieredStorage(RemoteStorageManager):
                 removed += 1
             except FileNotFoundError:
                 pass
+        LocalTieredStorage._remove_temp_files(fileset)
+        return removed
+
+    @staticmethod
+    def _remove_temp_files(fileset: _Fileset) -> None:
+        """Delete the temp files of earlier copies of the segment that a crash cut short."""
         try:
             leftovers = list(fileset.directory.glob(f".{fileset.prefix}*{_TEMP_SUFFIX}"))
         except FileNotFoundError:
             leftovers = []
         for path in leftovers:
             path.unlink(missing_ok=True)
-        return removed
 
     def _remove_quietly(self, fileset: _Fileset) -> None:
         try:
