@@ -21,6 +21,10 @@
  * key_digests (pass 1 of a compaction scan, tierlog.compaction.key_digests) walks a block with
  * decode_block's checks and errors but returns only the offsets and the MD5 digests of its keyed
  * records, without an object per record; its reference is key_digests_pure in that module.
+ *
+ * encode_records (building batches, compaction's rewrite above all) is in _speedups_encode.h,
+ * included below: the twin of tierlog.log.record.encode_records_pure, which it hands any input
+ * outside its plain case, rejected ones included, so that errors are always the pure ones.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1021,6 +1025,8 @@ error:
     return NULL;
 }
 
+#include "_speedups_encode.h"
+
 static PyMethodDef methods[] = {
     {"decode_block", (PyCFunction)(void (*)(void))decode_block, METH_FASTCALL | METH_KEYWORDS,
      decode_block_doc},
@@ -1028,6 +1034,10 @@ static PyMethodDef methods[] = {
     {"walk_batch_headers", (PyCFunction)(void (*)(void))walk_batch_headers, METH_FASTCALL,
      walk_batch_headers_doc},
     {"key_digests", (PyCFunction)(void (*)(void))key_digests, METH_FASTCALL, key_digests_doc},
+    {"encode_records", (PyCFunction)(void (*)(void))encode_records,
+     METH_FASTCALL | METH_KEYWORDS, encode_records_doc},
+    {"configure_encode", (PyCFunction)(void (*)(void))configure_encode, METH_FASTCALL,
+     configure_encode_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1035,7 +1045,7 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "tierlog.log._speedups",
     .m_doc = "C accelerators of tierlog.log.record.decode_block, "
-             "tierlog.log.batch.walk_batch_headers and "
+             "tierlog.log.record.encode_records, tierlog.log.batch.walk_batch_headers and "
              "tierlog.compaction.key_digests (optional; see record.py).",
     .m_size = -1,
     .m_methods = methods,
@@ -1046,7 +1056,8 @@ PyInit__speedups(void)
 {
     PyObject *m = PyModule_Create(&module_def);
 #ifdef Py_GIL_DISABLED
-    /* decode_block only reads its bytes and builds new objects; configure runs at import. */
+    /* decode_block only reads its bytes and builds new objects, encode_records reads a list of
+     * records inside the list's critical section; configure runs at import. */
     if (m != NULL) {
         PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED);
     }
