@@ -962,7 +962,7 @@ def breakdown(input_dir: Path, limit_bytes: int, end_offset: int) -> dict[str, A
             for i, p in enumerate(paths)
         )
         batch = pa.RecordBatch.from_arrays([pa.array(range(len(tasks)), pa.int32())], ["index"])
-        for _ in _scan_batches(tasks, (), end_offset, tuple(range(len(tasks))), [batch]):
+        for _ in _scan_batches(tasks, (), end_offset, len(tasks), [batch]):
             pass
 
     def python_scan() -> None:

@@ -80,9 +80,9 @@ _KIND_LIST = 9
 """A segment's winners (dirty) or losers (clean section): ``blob`` packs int64 offsets."""
 _ROW_FIELDS = ("kind", "seg", "bucket", "a", "b", "c", "blob")
 _ROWS_SCHEMA = "kind byte, seg int, bucket int, a long, b long, c long, blob binary"
-_LISTS_SCHEMA = "group int, seg int, blob binary, part int"
+_LISTS_SCHEMA = "group int, seg int, blob binary"
 """A segment's winners or losers (``blob``: int64 offsets), or, with a null ``blob``, only that
-the segment belongs to the group; ``part`` is the group's partitioning key."""
+the segment belongs to the group."""
 _TRIPLE = 3
 
 
@@ -130,15 +130,11 @@ def _scan_batches(
     tasks: Sequence[SegmentTask],
     aborted_entries: Sequence[AbortedTxn],
     end_offset: int,
-    bucket_keys: Sequence[int],
+    buckets: int,
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side of the scan: the rows of every segment task in the partition. Bucket
-    ``i`` of a digest (``h1 mod len(bucket_keys)``) is written as ``bucket_keys[i]``."""
+    """Executor side of the scan: the rows of every segment task in the partition."""
     import numpy as np
-
-    keys_of = np.asarray(bucket_keys, np.int32)
-    buckets = len(bucket_keys)
 
     aborted = AbortedIndex(aborted_entries)
     by_index = {t.index: t for t in tasks}
@@ -171,7 +167,7 @@ def _scan_batches(
                 yield _rows(
                     _KIND_KEYS,
                     seg,
-                    keys_of[ids],
+                    ids.astype(np.int32),
                     a=counts,
                     blobs=[
                         table[at : at + n].tobytes() for at, n in zip(starts, counts, strict=True)
@@ -333,9 +329,9 @@ def _more_losers(round_: _Round, batches: Iterable[pa.RecordBatch]) -> Iterator[
 
 
 def _tag_groups(
-    group_of: Mapping[int, int], part_of: Sequence[int], batches: Iterable[pa.RecordBatch]
+    group_of: Mapping[int, int], batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Executor side: each list row with the output group of its segment (and its key)."""
+    """Executor side: each list row with the output group of its segment."""
     import pyarrow as pa
 
     for batch in batches:
@@ -346,9 +342,8 @@ def _tag_groups(
                 pa.array([group_of[segs[i]] for i in keep], pa.int32()),
                 pa.array([segs[i] for i in keep], pa.int32()),
                 batch.column("blob").take(pa.array(keep, pa.int64())),
-                pa.array([part_of[group_of[segs[i]]] for i in keep], pa.int32()),
             ],
-            names=["group", "seg", "blob", "part"],
+            names=["group", "seg", "blob"],
         )
 
 
@@ -520,8 +515,7 @@ class SparkEngine:
         self._more_segments: set[int] = set()
         self._persisted: list[DataFrame] = []
         self._round: _Round | None = None
-        self._bucket_keys: tuple[int, ...] = (0,)
-        self._spreads: dict[int, tuple[int, ...]] = {}
+        self._buckets = 1
         self._job = 0
 
     def _group(self, phase: str) -> str:
@@ -543,41 +537,18 @@ class SparkEngine:
         self._persisted.append(df)
         return df
 
-    def _spread(self, n: int) -> tuple[int, ...]:
-        """``n`` int keys that ``repartition(n, key)`` sends to ``n`` different partitions.
-
-        Spark hash-partitions a key to ``pmod(hash(key), n)``; the keys 0..n-1 themselves
-        would leave about a third of the partitions empty and give others two or three tasks'
-        work, which on a few cores decides when a stage ends. Found once per ``n`` by asking
-        Spark's own ``hash`` about a few candidates."""
-        found = self._spreads.get(n)
-        if found is None:
-            from pyspark.sql import functions as sf
-
-            candidates = self._spark.range(0, 64 * n).select(sf.col("id").cast("int").alias("k"))
-            first: dict[int, int] = {}
-            for k, p in candidates.select("k", sf.pmod(sf.hash("k"), sf.lit(n))).collect():
-                first.setdefault(p, k)
-            # Should a partition get no candidate, the plain keys still partition correctly.
-            found = tuple(first[p] for p in range(n)) if len(first) == n else tuple(range(n))
-            self._spreads[n] = found
-        return found
-
     def _scanned(
         self, tasks: Sequence[SegmentTask], aborted: AbortedIndex, end_offset: int
     ) -> DataFrame:
-        keys = self._spread(max(1, len(tasks)))
-        task_df = self._spark.createDataFrame(
-            [(t.index, keys[i]) for i, t in enumerate(tasks)], "index int, part int"
-        )
-        task_df = task_df.repartition(len(keys), "part")
+        task_df = self._spark.createDataFrame([(t.index,) for t in tasks], "index int")
+        task_df = task_df.repartition(max(1, len(tasks)), "index")
         fn = functools.partial(
-            _scan_batches, tuple(tasks), tuple(aborted.entries), end_offset, self._bucket_keys
+            _scan_batches, tuple(tasks), tuple(aborted.entries), end_offset, self._buckets
         )
         return task_df.mapInArrow(fn, _ROWS_SCHEMA)
 
     def _by_bucket(self, df: DataFrame) -> DataFrame:
-        return df.repartition(len(self._bucket_keys), "bucket")
+        return df.repartition(self._buckets, "bucket")
 
     @staticmethod
     def _gather(rows: DataFrame) -> ScanOutcome:
@@ -619,7 +590,7 @@ class SparkEngine:
         )
         # About a segment's records per bucket, and work for every core.
         parallelism = self._spark.sparkContext.defaultParallelism
-        self._bucket_keys = self._spread(max(1, len(tasks), parallelism))
+        self._buckets = max(1, len(tasks), parallelism)
         with self._tracked("map", progress):
             scanned = self._scanned(tasks, aborted, end_offset)
             fn = functools.partial(_map_buckets, self._round)
@@ -674,10 +645,9 @@ class SparkEngine:
             fn = functools.partial(_more_losers, later)
             lists = lists.unionByName(self._by_bucket(inputs).mapInArrow(fn, _ROWS_SCHEMA))
         group_of = {t.index: g for g, group in enumerate(groups) for t in group.sources}
-        part_of = self._spread(max(1, len(groups)))
-        tagged = lists.mapInArrow(functools.partial(_tag_groups, group_of, part_of), _LISTS_SCHEMA)
+        tagged = lists.mapInArrow(functools.partial(_tag_groups, group_of), _LISTS_SCHEMA)
         membership = self._spark.createDataFrame(
-            [(g, seg, None, part_of[g]) for seg, g in group_of.items()], _LISTS_SCHEMA
+            [(g, seg, None) for seg, g in group_of.items()], _LISTS_SCHEMA
         )
         return tagged.unionByName(membership)
 
@@ -691,7 +661,7 @@ class SparkEngine:
     ) -> Iterator[GroupOutput]:
         if self._mapped is None or self._round is None:
             raise RuntimeError("SparkEngine.rewrite called before scan")
-        rows = self._lists(groups).repartition(max(1, len(groups)), "part")
+        rows = self._lists(groups).repartition(max(1, len(groups)), "group")
         first_dirty = self._round.first_dirty_offset
         fn = functools.partial(_rewrite_batches, tuple(groups), ctx, config, first_dirty)
         with self._tracked("clean", progress):
