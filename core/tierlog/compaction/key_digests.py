@@ -27,15 +27,14 @@ from typing import Final, NamedTuple, TypeAlias
 from tierlog.log._accel import SPEEDUPS_MODULE
 from tierlog.log._varint import INT64_MAX, INT64_MIN, BytesLike
 from tierlog.log.batch import (
-    COMPRESSION_CODEC_MASK,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     RecordBatch,
-    corrupt,
+    block_corruption,
+    records_block,
 )
-from tierlog.log.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, CompressionType, decompress
-from tierlog.log.record import MIN_RECORD_SIZE, BlockError, decode_block_pure
-from tierlog.spi import CorruptRecordError
+from tierlog.log.compression import DEFAULT_MAX_DECOMPRESSED_SIZE
+from tierlog.log.record import BlockError, decode_block_pure
 
 __all__ = [
     "KEY_DIGESTS_ACCELERATED",
@@ -123,37 +122,16 @@ def batch_key_digests(
     A batch of no records yields nothing without its block being read. Which records count
     (control batches, aborted transactions, the first dirty offset) is the caller's business.
     """
-    count = header.records_count
-    if count < 0:
-        raise corrupt(f"invalid record count {count} in record batch", position, path)
-    if count == 0:
-        return KeyDigests(b"", b"", 0)
     block = memoryview(data)[RECORD_BATCH_OVERHEAD : LOG_OVERHEAD + header.length]
-    cid = header.attributes & COMPRESSION_CODEC_MASK
-    records: BytesLike
-    if cid == 0:
-        records = block
-    else:
-        if cid > CompressionType.ZSTD:
-            raise corrupt(f"unknown compression type id {cid} in record batch", position, path)
-        try:
-            records = decompress(CompressionType(cid), block, max_size=max_decompressed_size)
-        except CorruptRecordError as e:
-            raise corrupt(str(e) + " in record batch", position, path) from e
-    if count > len(records) // MIN_RECORD_SIZE:
-        raise corrupt(
-            f"record count {count} cannot fit in a records block of {len(records)} bytes",
-            position,
-            path,
-        )
+    records = records_block(
+        header, block, path=path, position=position, max_decompressed_size=max_decompressed_size
+    )
+    if records is None:
+        return KeyDigests(b"", b"", 0)
     try:
-        offsets, digests, decoded = key_digests(records, count, header.base_offset, end_offset)
+        offsets, digests, decoded = key_digests(
+            records, header.records_count, header.base_offset, end_offset
+        )
     except BlockError as e:
-        if cid == 0:
-            raise corrupt(str(e), position + RECORD_BATCH_OVERHEAD + e.offset, path) from None
-        raise corrupt(
-            f"{e} (at byte {e.offset} of the decompressed records block) in record batch",
-            position,
-            path,
-        ) from None
+        raise block_corruption(e, header, position, path) from None
     return KeyDigests(offsets, digests, decoded)

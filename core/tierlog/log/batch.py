@@ -464,15 +464,44 @@ def decode_records(
     of an uncompressed block is reported at its exact byte, one of a compressed block at the
     batch with the offset into the decompressed block.
     """
+    records = records_block(
+        header, block, path=path, position=position, max_decompressed_size=max_decompressed_size
+    )
+    if records is None:
+        # Kafka's iterator returns nothing for an empty batch without reading its block.
+        return []
+    data = records if type(records) is bytes else bytes(records)
+    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    try:
+        return decode_block(
+            data, header.records_count, header.base_offset, header.base_timestamp, log_append_time
+        )
+    except BlockError as e:
+        raise block_corruption(e, header, position, path) from None
+
+
+def records_block(
+    header: RecordBatch,
+    block: BytesLike,
+    *,
+    path: str | None = None,
+    position: int = 0,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> BytesLike | None:
+    """The records block of a batch (``block``: the bytes after its header), decompressed and
+    checked against the record count as ``decode_records`` needs it; None for a batch of no
+    records (whose block is not read). A defect is a ``CorruptRecordError`` naming ``path``
+    and ``position``. Shared by every reader of records blocks (``decode_records``, the
+    cleaner's key digests) so that they fail alike."""
     count = header.records_count
     if count < 0:
         raise corrupt(f"invalid record count {count} in record batch", position, path)
     if count == 0:
-        # Kafka's iterator returns nothing for an empty batch without reading its block.
-        return []
+        return None
     cid = header.attributes & COMPRESSION_CODEC_MASK
+    data: BytesLike
     if cid == 0:
-        data = block if type(block) is bytes else bytes(block)
+        data = block
     else:
         if cid > CompressionType.ZSTD:
             raise corrupt(f"unknown compression type id {cid} in record batch", position, path)
@@ -486,17 +515,22 @@ def decode_records(
             position,
             path,
         )
-    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    try:
-        return decode_block(data, count, header.base_offset, header.base_timestamp, log_append_time)
-    except BlockError as e:
-        if cid == 0:
-            raise corrupt(str(e), position + RECORD_BATCH_OVERHEAD + e.offset, path) from None
-        raise corrupt(
-            f"{e} (at byte {e.offset} of the decompressed records block) in record batch",
-            position,
-            path,
-        ) from None
+    return data
+
+
+def block_corruption(
+    e: BlockError, header: RecordBatch, position: int, path: str | None
+) -> CorruptRecordError:
+    """The ``CorruptRecordError`` for a defect ``e`` found in the records block of the batch
+    at ``position``: at its exact byte in ``path`` for an uncompressed block, else at the batch
+    with the offset into the decompressed block."""
+    if header.attributes & COMPRESSION_CODEC_MASK == 0:
+        return corrupt(str(e), position + RECORD_BATCH_OVERHEAD + e.offset, path)
+    return corrupt(
+        f"{e} (at byte {e.offset} of the decompressed records block) in record batch",
+        position,
+        path,
+    )
 
 
 # --- encoding ----------------------------------------------------------------------------------
