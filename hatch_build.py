@@ -1,7 +1,9 @@
 """Hatchling build hook: compile the optional C accelerator ``tierlog.log._speedups``.
 
-``core/tierlog/log/_speedups.c`` decodes records blocks several times faster than the pure-Python
-decoder of ``tierlog.log.record``, which stays the reference and the fallback. This hook builds
+``core/tierlog/log/_speedups.c`` (with ``_speedups_encode.h``, which it includes) decodes and
+encodes records blocks and extracts the cleaner's key digests many times faster than the
+pure-Python code of ``tierlog.log.record`` and ``tierlog.compaction.key_digests``, which stays
+the reference and the fallback. This hook builds
 the extension for both kinds of wheel:
 
 - a regular wheel (``pip wheel``, ``pip install .``, ``python -m build``): the extension is
