@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -389,7 +390,9 @@ def test_throttling_is_retried_counted_and_raised(
     """SeaweedFS's circuit breaker refuses a second simultaneous GET with 503: botocore retries
     it ``s3.max.attempts`` times, each attempt is reported as ``throttled``, and then the
     retriable ``ObjectStoreThrottledError`` is raised. Once the first GET is done, a retry
-    succeeds."""
+    succeeds. The gateway learns the breaker from the filer a moment after ``weed shell`` sets
+    it: until then a second GET still succeeds, so the test waits (with a deadline) for the
+    first refused one."""
     service = private_seaweedfs()
     name = new_bucket_name()
     create_bucket(service, name)
@@ -401,8 +404,16 @@ def test_throttling_is_retried_counted_and_raised(
     observer.take()
     first = backend.get("hot/object")
     assert first.read(10) == bytes(10)
-    with pytest.raises(ObjectStoreThrottledError, match="throttled get of s3://"):
-        backend.get("hot/object")
+    deadline = time.monotonic() + 60
+    while True:
+        observer.take()
+        try:
+            backend.get("hot/object").close()
+        except ObjectStoreThrottledError as e:
+            assert "throttled get of s3://" in str(e)
+            break
+        assert time.monotonic() < deadline, "the gateway never applied the circuit breaker"
+        time.sleep(0.1)
     throttled = [r for r in observer.take() if r.operation == "get"]
     assert [r.outcome for r in throttled] == ["throttled", "throttled"]
     assert len(first.read()) == size - 10
