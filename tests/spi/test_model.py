@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from tierlog.spi import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
     Uuid,
@@ -244,3 +246,56 @@ def test_topic_id_partition_keeps_its_hash_and_pickles_across_hash_seeds() -> No
             check=True,
         )
         assert done.stdout.decode().strip() == "found"
+
+
+# broker_leader_epoch and end_offset (KAFKA-20033) -------------------------------------------------
+
+
+def test_broker_leader_epoch_is_an_attribute_of_the_event_not_of_the_segment() -> None:
+    """Two events of the same segment state published under different leader epochs are the
+    same metadata (equal, same hash), yet each keeps its epoch, through pickling too."""
+    plain = _segment()
+    keyed = dataclasses.replace(plain, broker_leader_epoch=7)
+    assert keyed == plain and hash(keyed) == hash(plain)
+    assert keyed.broker_leader_epoch == 7 and plain.broker_leader_epoch is None
+    assert pickle.loads(pickle.dumps(keyed)).broker_leader_epoch == 7
+    update = RemoteLogSegmentMetadataUpdate(
+        plain.remote_log_segment_id, 5, None, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 1, 9
+    )
+    assert update == dataclasses.replace(update, broker_leader_epoch=None)
+    assert plain.create_with_updates(update).broker_leader_epoch == 9
+    delete = RemotePartitionDeleteMetadata(
+        TIP, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 1, 1, 3, 1000
+    )
+    assert delete == RemotePartitionDeleteMetadata(
+        TIP, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 1, 1
+    )
+    assert (delete.broker_leader_epoch, delete.end_offset) == (3, 1000)
+    assert pickle.loads(pickle.dumps(delete)).end_offset == 1000
+
+
+@pytest.mark.parametrize("epoch", [-1, 2**31, True, 1.0, "3"])
+def test_broker_leader_epoch_must_be_an_int32_epoch(epoch: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="broker_leader_epoch"):
+        dataclasses.replace(_segment(), broker_leader_epoch=epoch)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="broker_leader_epoch"):
+        RemoteLogSegmentMetadataUpdate(
+            _segment().remote_log_segment_id,
+            1,
+            None,
+            RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+            1,
+            epoch,  # type: ignore[arg-type]
+        )
+
+
+@pytest.mark.parametrize("end", [-2, 2**63, True, "9"])
+def test_partition_delete_end_offset_must_be_a_log_end_offset(end: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="end_offset"):
+        RemotePartitionDeleteMetadata(
+            TIP,
+            RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+            1,
+            1,
+            end_offset=end,  # type: ignore[arg-type]
+        )

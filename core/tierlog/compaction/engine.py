@@ -274,6 +274,7 @@ def _upload(
         source.segment_leader_epochs,
         txn_idx_empty=txn_empty,
         cleaner_offsets=spec.cleaner_offsets,
+        broker_leader_epoch=spec.leader_epoch,
     )
     data = LogSegmentData(
         log_segment=segment.log_path,

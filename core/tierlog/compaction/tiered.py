@@ -519,6 +519,7 @@ class TieredCleaner:
                 custom,  # type: ignore[arg-type]
                 RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
                 self.broker_id,
+                metadata.broker_leader_epoch,
             )
         ).result()
         fault_point("publish.finished")

@@ -280,6 +280,7 @@ class RLMCopyTask(_RLMTask):
             segment_leader_epochs=inputs.segment_leader_epochs,
             state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
             txn_idx_empty=inputs.txn_index_empty,
+            broker_leader_epoch=self.log.latest_epoch(),
         )
         extra = {
             "topic": self.tp.topic,
@@ -305,18 +306,18 @@ class RLMCopyTask(_RLMTask):
         except RemoteStorageException:
             rlm.metrics.record_copy_error(self.tp.topic)
             _LOG.warning("Copy of %s failed: deleting the partial copy", segment_id.id, extra=extra)
-            rlm.delete_remote_log_segment(metadata, lambda: False)
+            rlm.delete_remote_log_segment(metadata, lambda: False, self.log.latest_epoch())
             raise
         except Exception as e:
             # A plugin that raises something else broke the contract; treat it as a
             # non-retriable storage failure so the partial copy is cleaned up.
             rlm.metrics.record_copy_error(self.tp.topic)
-            rlm.delete_remote_log_segment(metadata, lambda: False)
+            rlm.delete_remote_log_segment(metadata, lambda: False, self.log.latest_epoch())
             raise RemoteStorageException(f"copy of segment {segment_id.id} failed: {e!r}") from e
         limit = rlm.config.remote_log_metadata_custom_metadata_max_bytes
         if custom is not None and len(custom.value) > limit:
             rlm.metrics.record_copy_error(self.tp.topic)
-            rlm.delete_remote_log_segment(metadata, lambda: False)
+            rlm.delete_remote_log_segment(metadata, lambda: False, self.log.latest_epoch())
             self.cancel()
             raise CustomMetadataSizeLimitExceededError(
                 f"custom metadata of segment {segment_id.id} of {self.tp} is "
@@ -330,6 +331,7 @@ class RLMCopyTask(_RLMTask):
                 custom,
                 RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
                 rlm.broker_id,
+                self.log.latest_epoch(),
             )
         ).result()
         elapsed = time.monotonic() - started
@@ -473,7 +475,9 @@ class RLMExpirationTask(_RLMTask):
                     "reason": reason,
                 },
             )
-            if not rlm.delete_remote_log_segment(segment, lambda: self._cancelled):
+            if not rlm.delete_remote_log_segment(
+                segment, lambda: self._cancelled, self.log.latest_epoch()
+            ):
                 return
             lag_bytes -= segment.segment_size_in_bytes
             lag_segments -= 1
@@ -800,7 +804,7 @@ class RemoteLogManager:
                         task.cancel(wait=True)
                 self.metrics.remove_partition(tp.topic, tp.partition)
                 if delete_remote:
-                    self.delete_remote_log_partition(tp)
+                    self.delete_remote_log_partition(tp, state.log.latest_epoch())
             except Exception as e:
                 _LOG.error("Error while stopping %s", tp, exc_info=e)
                 errors[key] = e
@@ -812,14 +816,17 @@ class RemoteLogManager:
             self.rlmm.on_stop_partitions(stopped)
         return errors
 
-    def delete_remote_log_partition(self, tp: TopicIdPartition) -> int:
+    def delete_remote_log_partition(
+        self, tp: TopicIdPartition, leader_epoch: int | None = None
+    ) -> int:
         """Delete every remote segment of ``tp`` (Kafka's ``deleteRemoteLogPartition``): all
-        ``DELETE_SEGMENT_STARTED`` first, then the data, then all ``DELETE_SEGMENT_FINISHED``.
-        Returns the number of segments deleted."""
+        ``DELETE_SEGMENT_STARTED`` first, then the data, then all ``DELETE_SEGMENT_FINISHED``;
+        the events carry ``leader_epoch`` (the deleting leader's). Returns the number of
+        segments deleted."""
         segments = list(self.rlmm.list_remote_log_segments(tp))
         futures = [
             self.rlmm.update_remote_log_segment_metadata(
-                self._update(s, RemoteLogSegmentState.DELETE_SEGMENT_STARTED)
+                self._update(s, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, leader_epoch)
             )
             for s in segments
             if s.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED
@@ -832,7 +839,7 @@ class RemoteLogManager:
         self.index_cache.remove_all([s.remote_log_segment_id.id for s in segments])
         for f in [
             self.rlmm.update_remote_log_segment_metadata(
-                self._update(s, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)
+                self._update(s, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, leader_epoch)
             )
             for s in segments
         ]:
@@ -843,24 +850,30 @@ class RemoteLogManager:
 
     # Shared by the tasks --------------------------------------------------------------------------
     def delete_remote_log_segment(
-        self, segment: RemoteLogSegmentMetadata, is_cancelled: Callable[[], bool]
+        self,
+        segment: RemoteLogSegmentMetadata,
+        is_cancelled: Callable[[], bool],
+        leader_epoch: int | None = None,
     ) -> bool:
         """DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED (Kafka's
-        ``deleteRemoteLogSegment``). False if cancelled before it started."""
+        ``deleteRemoteLogSegment``), the events carrying ``leader_epoch`` (the deleting
+        leader's). False if cancelled before it started."""
         if is_cancelled():
             return False
         topic = segment.remote_log_segment_id.topic_id_partition.topic
         try:
             if segment.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
                 self.rlmm.update_remote_log_segment_metadata(
-                    self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_STARTED)
+                    self._update(
+                        segment, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, leader_epoch
+                    )
                 ).result()
             fault_point("delete.started")
             self.rsm.delete_log_segment_data(segment)
             fault_point("delete.data")
             self.index_cache.remove(segment.remote_log_segment_id.id)
             self.rlmm.update_remote_log_segment_metadata(
-                self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)
+                self._update(segment, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED, leader_epoch)
             ).result()
         except Exception:
             self.metrics.record_delete_error(topic)
@@ -870,7 +883,10 @@ class RemoteLogManager:
         return True
 
     def _update(
-        self, segment: RemoteLogSegmentMetadata, state: RemoteLogSegmentState
+        self,
+        segment: RemoteLogSegmentMetadata,
+        state: RemoteLogSegmentState,
+        leader_epoch: int | None,
     ) -> RemoteLogSegmentMetadataUpdate:
         return RemoteLogSegmentMetadataUpdate(
             segment.remote_log_segment_id,
@@ -878,6 +894,7 @@ class RemoteLogManager:
             segment.custom_metadata,
             state,
             self.broker_id,
+            leader_epoch,
         )
 
     def segment_ids_being_copied(self) -> frozenset[RemoteLogSegmentId]:

@@ -210,6 +210,10 @@ class RemoteLogSegmentMetadata:
     """tierlog extension (compacted topics in tiered storage, KIP-1272): for a segment written by
     the log cleaner, the cleaner offset reached under each leader epoch (the checkpoint vector
     that fences a zombie leader's cleaning); None for a segment copied from the local log."""
+    broker_leader_epoch: int | None = None
+    """KAFKA-20033: the leader epoch of the publishing leader when it published this event; an
+    attribute of the event, not of the segment (not compared, not in Kafka's legacy record).
+    The compacted RLMM keys its records by it; other RLMMs ignore it."""
 
     def __post_init__(self) -> None:
         if self.start_offset < 0:
@@ -232,6 +236,7 @@ class RemoteLogSegmentMetadata:
             if not self.cleaner_offsets:
                 raise InvalidArgumentError("cleaner_offsets must be None or hold an epoch")
             object.__setattr__(self, "cleaner_offsets", _frozen_epochs(self.cleaner_offsets))
+        _check_broker_leader_epoch(self.broker_leader_epoch)
 
     @property
     def topic_id_partition(self) -> TopicIdPartition:
@@ -259,6 +264,7 @@ class RemoteLogSegmentMetadata:
             update.state,
             self.txn_idx_empty,
             self.cleaner_offsets,
+            update.broker_leader_epoch,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -298,12 +304,26 @@ class RemoteLogSegmentMetadata:
                 self.state,
                 self.txn_idx_empty,
                 _as_dict(self.cleaner_offsets),
+                self.broker_leader_epoch,
             ),
         )
 
 
 def _as_dict(epochs: Mapping[int, int] | None) -> dict[int, int] | None:
     return None if epochs is None else dict(epochs)
+
+
+_INT32_MAX: Final = 2**31 - 1
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _check_broker_leader_epoch(epoch: int | None) -> None:
+    if epoch is not None and (
+        isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= _INT32_MAX
+    ):
+        raise InvalidArgumentError(
+            f"broker_leader_epoch must be None or an int32 >= 0 (a leader epoch): {epoch!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +335,12 @@ class RemoteLogSegmentMetadataUpdate:
     custom_metadata: CustomMetadata | None
     state: RemoteLogSegmentState
     broker_id: int
+    broker_leader_epoch: int | None = field(default=None, compare=False)
+    """KAFKA-20033: the publishing leader's epoch (see ``RemoteLogSegmentMetadata``); not
+    compared, not in Kafka's legacy record."""
+
+    def __post_init__(self) -> None:
+        _check_broker_leader_epoch(self.broker_leader_epoch)
 
     @property
     def topic_id_partition(self) -> TopicIdPartition:
@@ -329,6 +355,21 @@ class RemotePartitionDeleteMetadata:
     state: RemotePartitionDeleteState
     event_timestamp_ms: int
     broker_id: int
+    broker_leader_epoch: int | None = field(default=None, compare=False)
+    """KAFKA-20033: the publishing leader's epoch; not compared, not in Kafka's legacy record."""
+    end_offset: int | None = field(default=None, compare=False)
+    """KAFKA-20033: the partition's log end offset when its deletion was published (the
+    compacted RLMM's key); not compared, not in Kafka's legacy record."""
+
+    def __post_init__(self) -> None:
+        _check_broker_leader_epoch(self.broker_leader_epoch)
+        end = self.end_offset
+        if end is not None and (
+            isinstance(end, bool) or not isinstance(end, int) or not -1 <= end <= _INT64_MAX
+        ):
+            raise InvalidArgumentError(
+                f"end_offset must be None or an int64 >= -1 (a log end offset): {end!r}"
+            )
 
 
 RemoteLogMetadata = (
