@@ -171,6 +171,16 @@ class RemotePartitionMetadataStore:
         or if unknown; O(1), through the same readiness check as the other reads."""
         return self._ready(topic_id_partition).segment_metadata(segment_id)
 
+    def peek_segment(
+        self, topic_id_partition: TopicIdPartition, segment_id: RemoteLogSegmentId
+    ) -> RemoteLogSegmentMetadata | None:
+        """A segment's current metadata in a loaded partition, initialized or not; None when
+        the segment or the partition is unknown. For appliers that decide what to apply from
+        what they applied (the compacted RLMM), never for serving reads."""
+        with self._lock:
+            cache = self._caches.get(topic_id_partition)
+        return None if cache is None else cache.segment_metadata(segment_id)
+
     def remote_log_size(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int:
         """KIP-852's size of the epoch's segments, from the cache's running sum.
 

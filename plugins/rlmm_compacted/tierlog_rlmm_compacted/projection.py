@@ -1,0 +1,537 @@
+"""The compacted projection: what a keyed record means, and which records a write needs.
+
+``ProjectionApplier`` is the ``RecordApplier`` the topic RLMM's ``ConsumerTask`` feeds (see
+``tierlog_rlmm_topic.applier``). It keeps, per user partition, the projection's current keys
+(the latest value of each key, reduced to the segment it describes and that event's state) next
+to the cache (``RemotePartitionMetadataStore``), so that:
+
+- a reader of the *whole* topic and a reader of the topic after Kafka's log cleaner compacted
+  it (latest value per key, tombstones and null keys gone) build the same cache: the rules of
+  ``apply`` below are those a bootstrapping reader needs, and a live reader follows them too;
+- a writer knows, from the same state, the key of an event, the value that makes the key
+  self-sufficient (``values.py``) and the tombstones to write (``plan_write``); the cleanup
+  manager knows the orphan keys (``orphan_keys``).
+
+Applying a record (``apply``):
+
+- **a null key** (a legacy record, written by Kafka's TBRLMM or tierlog's ``topic`` RLMM, before
+  a migration or on a level-0 cluster): applied as the topic RLMM applies it (``StoreApplier``).
+- **a keyed add** (COPY_SEGMENT_STARTED): applied; the key now describes that segment.
+- **a keyed update** of a segment the cache does not know (its add was compacted away): the
+  value's ``SegmentAddRecord`` is applied first, then COPY_SEGMENT_FINISHED when
+  ``CopyFinished`` says the copy had finished before a deletion, then the update.
+- **a keyed partition delete**: applied as the legacy store does (DELETE_PARTITION_FINISHED drops
+  the partition); its key is the partition's delete marker.
+- **a value overwriting a key that described another segment**: that segment has lost a key. If
+  no other key describes it any more, a bootstrapping reader will never see it, so it is
+  forgotten here too (removed from the cache): that is how a COPY_SEGMENT_STARTED upload
+  superseded by a retry under the same leader epoch disappears (seed scenario 3), logged at
+  INFO; any other segment forgotten this way is logged at WARNING (its remote data is no longer
+  referenced; tierlog's writer never does this, see ``plan_write``).
+- **a tombstone**: the key is forgotten, and the segment it described with it under the same
+  rule.
+
+The one difference with a full replay of the legacy history (the audit topic): superseded
+COPY_SEGMENT_STARTED uploads, which that replay still lists. And, once the log cleaner removed
+the keys of deleted segments, ``highest_offset_for_epoch`` of an epoch none of whose segments is
+left: a full replay remembers the offset of a deleted segment, the compacted topic no longer
+holds it.
+
+Writing (``plan_write``):
+
+- the key is ``MetadataKey(topic id, partition, end offset, broker leader epoch)`` with the
+  event's ``broker_leader_epoch``, or when the caller did not set it: the highest epoch of the
+  segment for an add, the epoch of the key the segment was last written under for an update;
+  for a partition delete the event's ``end_offset`` and epoch, else those of the partition's
+  previous delete marker, else (highest known end offset + 1) and the highest known key epoch;
+- **a key never hides a live segment**: when that key describes another segment still in the
+  cache (a cleaned copy of the same offsets published under the same epoch, a re-upload after an
+  unclean election), an update goes to the key its segment was last written under, and an add or
+  a relocated update to the nearest free key of the same end offset (epochs below, then above),
+  logged at INFO;
+- tombstones (only when asked: level 1): after DELETE_SEGMENT_FINISHED of segment S at end
+  offset E, every key describing S, and the keys of E with an epoch up to the deleting one that
+  describe a segment no longer in the cache (seed scenario 4; a key still describing a live
+  segment is left for that segment's own deletion: forgetting it would leak its remote data); after
+  DELETE_PARTITION_FINISHED every segment key of the partition (the marker stays: seed
+  scenario 5); an earlier delete marker of the partition under another key.
+
+Threads: ``apply`` runs on the consumer thread, ``plan_write``, ``orphan_keys`` and ``keys`` on
+writer threads; one lock guards the projection state (the store has its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from tierlog_rlmm_topic.applier import DecodedEvent, StoreApplier
+
+from tierlog.metadata import RemotePartitionMetadataStore, serde, write_checks
+from tierlog.metadata.serde import RemoteLogSegmentMetadataSnapshot
+from tierlog.spi import (
+    IllegalStateError,
+    MetadataRecordError,
+    RemoteLogMetadata,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+    Uuid,
+)
+from tierlog_rlmm_compacted.keys import MetadataKey
+from tierlog_rlmm_compacted.values import ProjectionValue, decode_value, encode_value
+
+__all__ = ["KeyEntry", "PlannedWrite", "ProjectionApplier"]
+
+_LOG = logging.getLogger(__name__)
+
+S = RemoteLogSegmentState
+_DELETES: Final = frozenset({S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED})
+_RELOCATION_SPAN: Final = 1 << 16
+"""How far from its epoch a relocated key is looked for (each way): far more than any
+partition's number of leader epochs sharing one end offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    """What a key's latest value says: the segment it describes (None for a partition delete
+    marker) and that event's state."""
+
+    segment_id: RemoteLogSegmentId | None
+    state: RemoteLogSegmentState | RemotePartitionDeleteState
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedWrite:
+    """The records of one write: the projection record, its audit copy, the tombstones."""
+
+    key: MetadataKey
+    value: bytes
+    """The projection value (``values.encode_value``)."""
+    audit_value: bytes
+    """Kafka's legacy bytes of the event (``serde.serialize``), for the audit topic."""
+    tombstones: tuple[MetadataKey, ...] = ()
+
+
+# What ``decode`` gives the consumer task, inside a DecodedEvent.
+@dataclass(frozen=True, slots=True)
+class _Legacy:
+    metadata: RemoteLogMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class _Keyed:
+    key: MetadataKey
+    value: ProjectionValue
+
+
+@dataclass(frozen=True, slots=True)
+class _Tombstone:
+    key: MetadataKey
+
+
+@dataclass(slots=True)
+class _Partition:
+    keys: dict[MetadataKey, KeyEntry] = field(default_factory=dict)
+    refs: dict[RemoteLogSegmentId, set[MetadataKey]] = field(default_factory=dict)
+    last_key: dict[RemoteLogSegmentId, MetadataKey] = field(default_factory=dict)
+    finished: set[RemoteLogSegmentId] = field(default_factory=set)
+    delete_key: MetadataKey | None = None
+
+
+def _epoch_of(metadata: RemoteLogSegmentMetadata) -> int:
+    return max(metadata.segment_leader_epochs)
+
+
+class ProjectionApplier:
+    """The compacted RLMM's ``RecordApplier``; see the module docstring."""
+
+    def __init__(self, store: RemotePartitionMetadataStore) -> None:
+        self.store = store
+        self._legacy = StoreApplier(store)
+        self._lock = threading.RLock()
+        self._parts: dict[TopicIdPartition, _Partition] = {}
+        self._by_id: dict[tuple[Uuid, int], TopicIdPartition] = {}
+
+    # RecordApplier ---------------------------------------------------------------------------
+    def decode(self, key: bytes | None, value: bytes | None) -> DecodedEvent:
+        if key is None:
+            if value is None:
+                raise MetadataRecordError("a record with neither key nor value")
+            legacy = serde.deserialize(value)
+            if isinstance(legacy, RemoteLogSegmentMetadataSnapshot):
+                return DecodedEvent(None, legacy)
+            return DecodedEvent(legacy.topic_id_partition, _Legacy(legacy))
+        parsed = MetadataKey.parse(key)
+        if value is None:
+            return DecodedEvent(self._tip_of(parsed), _Tombstone(parsed))
+        decoded = decode_value(value)
+        tip = decoded.event.topic_id_partition
+        if not parsed.belongs_to(tip):
+            raise MetadataRecordError(
+                f"the key {parsed} names another partition than its value, an event of {tip}"
+            )
+        return DecodedEvent(tip, _Keyed(parsed, decoded))
+
+    def _tip_of(self, key: MetadataKey) -> TopicIdPartition:
+        """The hosted partition a tombstone's key names; a name-less one (never hosted, so
+        skipped by the consumer task) when the partition is not hosted here."""
+        tip = self._by_id.get((key.topic_id, key.partition))
+        return tip if tip is not None else TopicIdPartition(key.topic_id, "", key.partition)
+
+    def apply(self, event: DecodedEvent) -> None:
+        tip = event.topic_id_partition
+        payload = event.event
+        with self._lock:
+            part = self._parts.get(tip) if tip is not None else None
+            if part is None or tip is None:
+                _LOG.debug("skipping a record of %s, which is no longer loaded", tip)
+                return
+            if isinstance(payload, _Legacy):
+                self._apply_event(tip, part, payload.metadata)
+            elif isinstance(payload, _Keyed):
+                self._apply_keyed(tip, part, payload.key, payload.value)
+            elif isinstance(payload, _Tombstone):
+                self._drop_key(tip, part, payload.key, "a tombstone")
+            else:
+                raise IllegalStateError(f"not an event of this applier: {payload!r}")
+
+    def load(self, topic_id_partition: TopicIdPartition) -> None:
+        with self._lock:
+            self._legacy.load(topic_id_partition)
+            self._parts[topic_id_partition] = _Partition()
+            self._by_id[(topic_id_partition.topic_id, topic_id_partition.partition)] = (
+                topic_id_partition
+            )
+
+    def unload(self, topic_id_partition: TopicIdPartition) -> None:
+        with self._lock:
+            self._legacy.unload(topic_id_partition)
+            self._parts.pop(topic_id_partition, None)
+            ident = (topic_id_partition.topic_id, topic_id_partition.partition)
+            if self._by_id.get(ident) == topic_id_partition:
+                del self._by_id[ident]
+
+    def mark_initialized(self, topic_id_partition: TopicIdPartition) -> None:
+        self._legacy.mark_initialized(topic_id_partition)
+
+    def is_deleted(self, topic_id_partition: TopicIdPartition) -> bool:
+        """Whether the applied history finished the partition's deletion."""
+        return self._legacy.is_deleted(topic_id_partition)
+
+    # Applying ----------------------------------------------------------------------------------
+    def _apply_event(self, tip: TopicIdPartition, part: _Partition, event: object) -> None:
+        """One event, as the topic RLMM applies it, keeping track of finished copies."""
+        self._legacy.apply(DecodedEvent(tip, event))
+        if isinstance(event, RemoteLogSegmentMetadataUpdate):
+            segment_id = event.remote_log_segment_id
+            if event.state is S.COPY_SEGMENT_FINISHED:
+                current = self.store.peek_segment(tip, segment_id)
+                if current is not None and current.state is S.COPY_SEGMENT_FINISHED:
+                    part.finished.add(segment_id)
+            elif event.state is S.DELETE_SEGMENT_FINISHED:
+                part.finished.discard(segment_id)
+
+    def _apply_keyed(
+        self, tip: TopicIdPartition, part: _Partition, key: MetadataKey, value: ProjectionValue
+    ) -> None:
+        event = value.event
+        if isinstance(event, RemotePartitionDeleteMetadata):
+            previous = part.keys.get(key)
+            if previous is not None and previous.segment_id is not None:
+                self._drop_key(tip, part, key, "a partition delete marker")
+            part.keys[key] = KeyEntry(None, event.state)
+            part.delete_key = key
+            self._apply_event(tip, part, event)
+            return
+        segment_id = event.remote_log_segment_id
+        previous = part.keys.get(key)
+        if previous is not None and previous.segment_id != segment_id:
+            self._drop_key(tip, part, key, f"a value of segment {segment_id.id}")
+        if (
+            isinstance(event, RemoteLogSegmentMetadataUpdate)
+            and value.add_record is not None
+            and self.store.peek_segment(tip, segment_id) is None
+        ):
+            # Its add was compacted away (or never read): rebuild it from the value.
+            self._apply_event(tip, part, value.add_record)
+            if value.copy_finished and event.state in _DELETES:
+                finished = RemoteLogSegmentMetadataUpdate(
+                    segment_id,
+                    value.add_record.event_timestamp_ms,
+                    value.add_record.custom_metadata,
+                    S.COPY_SEGMENT_FINISHED,
+                    value.add_record.broker_id,
+                )
+                self._apply_event(tip, part, finished)
+        self._apply_event(tip, part, event)
+        part.keys[key] = KeyEntry(segment_id, event.state)
+        part.refs.setdefault(segment_id, set()).add(key)
+        part.last_key[segment_id] = key
+
+    def _drop_key(
+        self, tip: TopicIdPartition, part: _Partition, key: MetadataKey, because: str
+    ) -> None:
+        """``key`` no longer describes what it described; forget a segment nothing describes."""
+        entry = part.keys.pop(key, None)
+        if part.delete_key == key:
+            part.delete_key = None
+        if entry is None or entry.segment_id is None:
+            return
+        segment_id = entry.segment_id
+        refs = part.refs.get(segment_id)
+        if refs is not None:
+            refs.discard(key)
+            if refs:
+                return
+            del part.refs[segment_id]
+        part.last_key.pop(segment_id, None)
+        self._forget(tip, part, segment_id, key, because)
+
+    def _forget(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        segment_id: RemoteLogSegmentId,
+        key: MetadataKey,
+        because: str,
+    ) -> None:
+        """Remove a segment no key describes any more, as a bootstrapping reader never sees it."""
+        part.finished.discard(segment_id)
+        current = self.store.peek_segment(tip, segment_id)
+        if current is None:
+            return
+        if current.state is S.COPY_SEGMENT_STARTED:
+            _LOG.info(
+                "forgetting upload %s of %s (COPY_SEGMENT_STARTED): its key %s now holds %s "
+                "(an upload retried under the same leader epoch supersedes it)",
+                segment_id.id,
+                tip,
+                key,
+                because,
+            )
+        else:
+            _LOG.warning(
+                "forgetting segment %s of %s in state %s: its last key %s was overwritten by %s; "
+                "a reader of the compacted topic will not see it, and its remote data is no "
+                "longer referenced",
+                segment_id.id,
+                tip,
+                current.state,
+                key,
+                because,
+            )
+        for state in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+            if current.state is S.DELETE_SEGMENT_STARTED and state is S.DELETE_SEGMENT_STARTED:
+                continue
+            self.store.handle(
+                RemoteLogSegmentMetadataUpdate(
+                    segment_id,
+                    current.event_timestamp_ms,
+                    current.custom_metadata,
+                    state,
+                    current.broker_id,
+                )
+            )
+
+    # Writing -----------------------------------------------------------------------------------
+    def plan_write(self, event: RemoteLogMetadata, *, tombstones: bool) -> PlannedWrite:
+        """The records that publish ``event``; see the module docstring. Raises
+        ``IllegalStateError`` for a partition not loaded here and
+        ``RemoteResourceNotFoundException`` for an update of a segment the cache does not know."""
+        tip = event.topic_id_partition
+        audit = serde.serialize(event)
+        with self._lock:
+            part = self._parts.get(tip)
+            if part is None:
+                raise IllegalStateError(f"{tip} is not loaded by this compacted RLMM")
+            if isinstance(event, RemotePartitionDeleteMetadata):
+                return self._plan_partition_delete(tip, part, event, audit, tombstones)
+            if isinstance(event, RemoteLogSegmentMetadata):
+                epoch = event.broker_leader_epoch
+                if epoch is None:
+                    epoch = _epoch_of(event)
+                key = self._free_key(
+                    tip,
+                    part,
+                    event.remote_log_segment_id,
+                    MetadataKey.of(tip, event.end_offset, epoch),
+                )
+                value = ProjectionValue(event, epoch)
+                return PlannedWrite(key, encode_value(value), audit)
+            return self._plan_update(tip, part, event, audit, tombstones)
+
+    def _plan_update(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        event: RemoteLogSegmentMetadataUpdate,
+        audit: bytes,
+        tombstones: bool,
+    ) -> PlannedWrite:
+        segment_id = event.remote_log_segment_id
+        current = self.store.peek_segment(tip, segment_id)
+        if current is None:
+            raise write_checks.unknown_segment(segment_id)
+        last = part.last_key.get(segment_id)
+        epoch = event.broker_leader_epoch
+        if epoch is None:
+            epoch = last.broker_leader_epoch if last is not None else _epoch_of(current)
+        key = MetadataKey.of(tip, current.end_offset, epoch)
+        if self._holds_other_live(tip, part, key, segment_id) and last is not None:
+            _LOG.info(
+                "the event of segment %s goes to its own key %s: %s describes another live segment",
+                segment_id.id,
+                last,
+                key,
+            )
+            key = last
+        key = self._free_key(tip, part, segment_id, key)
+        add = replace(
+            current,
+            state=S.COPY_SEGMENT_STARTED,
+            broker_leader_epoch=None,
+        )
+        copy_finished = segment_id in part.finished or current.state is S.COPY_SEGMENT_FINISHED
+        value = ProjectionValue(
+            replace(event, broker_leader_epoch=epoch),
+            epoch,
+            current.end_offset,
+            add,
+            copy_finished and event.state in _DELETES,
+        )
+        dead: tuple[MetadataKey, ...] = ()
+        if tombstones and event.state is S.DELETE_SEGMENT_FINISHED:
+            dead = tuple(
+                sorted(
+                    {key}
+                    | part.refs.get(segment_id, set())
+                    | {
+                        k
+                        for k, entry in part.keys.items()
+                        if k.end_offset == current.end_offset
+                        and k.broker_leader_epoch <= epoch
+                        and entry.segment_id is not None
+                        and (
+                            entry.segment_id == segment_id
+                            or self.store.peek_segment(tip, entry.segment_id) is None
+                        )
+                    }
+                )
+            )
+        return PlannedWrite(key, encode_value(value), audit, dead)
+
+    def _plan_partition_delete(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        event: RemotePartitionDeleteMetadata,
+        audit: bytes,
+        tombstones: bool,
+    ) -> PlannedWrite:
+        previous = part.delete_key
+        segment_keys = [k for k, e in part.keys.items() if e.segment_id is not None]
+        end = event.end_offset
+        if end is None:
+            if previous is not None:
+                end = previous.end_offset
+            else:
+                end = max((k.end_offset for k in segment_keys), default=-2) + 1
+        epoch = event.broker_leader_epoch
+        if epoch is None:
+            if previous is not None:
+                epoch = previous.broker_leader_epoch
+            else:
+                epoch = max((k.broker_leader_epoch for k in part.keys), default=0)
+        key = MetadataKey.of(tip, end, epoch)
+        value = ProjectionValue(
+            replace(event, broker_leader_epoch=epoch, end_offset=end), epoch, end
+        )
+        dead: set[MetadataKey] = set()
+        if tombstones:
+            if previous is not None and previous != key:
+                dead.add(previous)
+            if event.state is RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+                dead.update(segment_keys)
+            dead.discard(key)
+        return PlannedWrite(key, encode_value(value), audit, tuple(sorted(dead)))
+
+    def _holds_other_live(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        key: MetadataKey,
+        segment_id: RemoteLogSegmentId,
+    ) -> bool:
+        entry = part.keys.get(key)
+        if entry is None:
+            return False
+        if entry.segment_id is None:
+            return True  # a partition delete marker (an end offset of the same log: unlikely)
+        if entry.segment_id == segment_id:
+            return False
+        other = self.store.peek_segment(tip, entry.segment_id)
+        if other is None:
+            return False
+        # Only a failed upload of this very slot may be superseded (seed scenario 3).
+        return not (other.state is S.COPY_SEGMENT_STARTED and entry.segment_id not in part.finished)
+
+    def _free_key(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        segment_id: RemoteLogSegmentId,
+        key: MetadataKey,
+    ) -> MetadataKey:
+        """``key``, or when it describes another live segment, the nearest free key of the same
+        end offset (lower epochs first)."""
+        if not self._holds_other_live(tip, part, key, segment_id):
+            return key
+        epoch = key.broker_leader_epoch
+        candidates: Iterable[int] = (
+            *range(epoch - 1, max(-1, epoch - _RELOCATION_SPAN), -1),
+            *range(epoch + 1, epoch + _RELOCATION_SPAN),
+        )
+        for candidate in candidates:
+            other = MetadataKey.of(tip, key.end_offset, candidate)
+            if not self._holds_other_live(tip, part, other, segment_id):
+                _LOG.info(
+                    "segment %s of %s is written under %s: %s describes another live segment",
+                    segment_id.id,
+                    tip,
+                    other,
+                    key,
+                )
+                return other
+        raise IllegalStateError(f"no free key for segment {segment_id} of {tip} near {key}")
+
+    # Inspection --------------------------------------------------------------------------------
+    def orphan_keys(self, topic_id_partition: TopicIdPartition) -> list[MetadataKey]:
+        """The keys the cleanup manager tombstones: every segment key of a partition whose
+        deletion finished; otherwise the keys of segments no longer in the cache (deleted, or
+        forgotten). Sorted; empty for a partition not loaded."""
+        tip = topic_id_partition
+        with self._lock:
+            part = self._parts.get(tip)
+            if part is None:
+                return []
+            deleted = self._legacy.is_deleted(tip)
+            return sorted(
+                k
+                for k, entry in part.keys.items()
+                if entry.segment_id is not None
+                and (deleted or self.store.peek_segment(tip, entry.segment_id) is None)
+            )
+
+    def keys(self, topic_id_partition: TopicIdPartition) -> dict[MetadataKey, KeyEntry]:
+        """A copy of the partition's current keys (tests, tools); empty if not loaded."""
+        with self._lock:
+            part = self._parts.get(topic_id_partition)
+            return dict(part.keys) if part is not None else {}

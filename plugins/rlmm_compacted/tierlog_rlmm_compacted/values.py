@@ -1,0 +1,244 @@
+"""The values of the compacted projection: Kafka's records, version 0, with tagged fields.
+
+The seed (KAFKA-20033) adds ``BrokerLeaderEpoch`` and ``EndOffset`` to the three metadata
+records as version-1 tagged fields (``BrokerLeaderEpoch`` tag 0 on the segment record, which
+collides with Kafka's ``TxnIndexEmpty``). Kafka 4.x refuses to read a version-1 value (each nested
+struct checks its version: "Can't read version 1 of RemoteLogSegmentIdEntry"), so a keyed value
+here is a **version-0** record, and what the projection adds travels in top-level tagged fields
+that Kafka 4.3.1 reads as unknown tags and drops: a Kafka broker's TBRLMM, its console formatter
+and tierlog's ``topic`` RLMM decode these values as the plain events they are.
+
+Tags (chosen to collide with none of Kafka's ``TxnIndexEmpty`` (0), the seed's 0 and 1, nor
+tierlog's ``CleanerOffsets`` (1272)), each written at most once, in ascending order:
+
+- tag 20033 ``BrokerLeaderEpoch`` (apiKeys 0, 1, 2): int32, the publishing leader's epoch;
+- tag 20034 ``EndOffset`` (apiKeys 1, 2): int64, the segment's end offset (apiKey 1) or the
+  partition's log end offset (apiKey 2);
+- tag 20035 ``SegmentAddRecord`` (apiKey 1): the segment's complete framed apiKey-0 value
+  (``serde.serialize``) in state COPY_SEGMENT_STARTED;
+- tag 20036 ``CopyFinished`` (apiKey 1 with a DELETE_* state): one byte 1, written only when true.
+
+Why ``SegmentAddRecord``: Kafka's update record has no offsets, epochs or size, so a compacted
+topic holding only a segment's latest update could not rebuild the cache (Kafka's reviewers said
+so). With the add record inside, the latest value of a key is self-sufficient: a reader that never
+saw the add (compacted away) applies it, then the update. ``CopyFinished`` says the segment had
+reached COPY_SEGMENT_FINISHED before its deletion started, so that such a reader replays
+add -> FINISHED -> DELETE_* and counts the segment in the epoch's highest copied offset, as a
+reader of the full history does.
+
+Reading is strict for these tags (a wrong size, a repeated tag, an add record of another segment
+or not in COPY_SEGMENT_STARTED: ``MetadataRecordError`` naming the tag); other unknown tags are
+ignored, as Kafka ignores them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from tierlog.metadata import serde
+from tierlog.metadata.serde import DecodedRecord, decode_record, encode_record
+from tierlog.spi import (
+    MetadataRecordError,
+    RemoteLogMetadata,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+)
+
+__all__ = [
+    "BROKER_LEADER_EPOCH_TAG",
+    "COPY_FINISHED_TAG",
+    "END_OFFSET_TAG",
+    "SEGMENT_ADD_RECORD_TAG",
+    "ProjectionValue",
+    "decode_value",
+    "encode_value",
+]
+
+BROKER_LEADER_EPOCH_TAG: Final = 20033
+END_OFFSET_TAG: Final = 20034
+SEGMENT_ADD_RECORD_TAG: Final = 20035
+COPY_FINISHED_TAG: Final = 20036
+
+_NAMES: Final = {
+    BROKER_LEADER_EPOCH_TAG: "BrokerLeaderEpoch",
+    END_OFFSET_TAG: "EndOffset",
+    SEGMENT_ADD_RECORD_TAG: "SegmentAddRecord",
+    COPY_FINISHED_TAG: "CopyFinished",
+}
+_INT32: Final = struct.Struct(">i")
+_INT64: Final = struct.Struct(">q")
+_DELETE_STATES: Final = frozenset(
+    {RemoteLogSegmentState.DELETE_SEGMENT_STARTED, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionValue:
+    """A keyed value: the event and what the projection adds to it.
+
+    ``event`` carries ``broker_leader_epoch`` (and, for a partition delete, ``end_offset``) as
+    decoded from the tags. ``add_record`` is the segment's add (state COPY_SEGMENT_STARTED) for
+    an update; ``copy_finished`` only matters with a DELETE_* update.
+    """
+
+    event: RemoteLogMetadata
+    broker_leader_epoch: int | None = None
+    end_offset: int | None = None
+    add_record: RemoteLogSegmentMetadata | None = None
+    copy_finished: bool = False
+
+    @property
+    def api_key(self) -> int:
+        if isinstance(self.event, RemoteLogSegmentMetadata):
+            return serde.SEGMENT_METADATA
+        if isinstance(self.event, RemoteLogSegmentMetadataUpdate):
+            return serde.SEGMENT_METADATA_UPDATE
+        return serde.PARTITION_DELETE_METADATA
+
+
+def _tag_error(tag: int, problem: str) -> MetadataRecordError:
+    return MetadataRecordError(
+        f"malformed compacted remote log metadata value: tagged field {_NAMES[tag]} (tag {tag}) "
+        f"{problem}"
+    )
+
+
+def _check_add(add: RemoteLogSegmentMetadata, update: RemoteLogSegmentMetadataUpdate) -> None:
+    if add.remote_log_segment_id != update.remote_log_segment_id:
+        raise _tag_error(
+            SEGMENT_ADD_RECORD_TAG,
+            f"is the add record of segment {add.remote_log_segment_id}, not of the updated "
+            f"segment {update.remote_log_segment_id}",
+        )
+    if add.state is not RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+        raise _tag_error(
+            SEGMENT_ADD_RECORD_TAG,
+            f"holds a segment in state {add.state}, not COPY_SEGMENT_STARTED",
+        )
+
+
+def encode_value(value: ProjectionValue) -> bytes:
+    """The bytes of a keyed value (version 0; the tags of the module docstring)."""
+    event = value.event
+    tags: list[tuple[int, bytes]] = []
+    if value.broker_leader_epoch is not None:
+        tags.append((BROKER_LEADER_EPOCH_TAG, _INT32.pack(value.broker_leader_epoch)))
+    if isinstance(event, RemoteLogSegmentMetadata):
+        if value.end_offset is not None or value.add_record is not None or value.copy_finished:
+            raise MetadataRecordError(
+                "an add record (COPY_SEGMENT_STARTED) carries only BrokerLeaderEpoch: its end "
+                "offset and segment are its own fields"
+            )
+    elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+        if value.end_offset is None or value.add_record is None:
+            raise MetadataRecordError(
+                f"an update of segment {event.remote_log_segment_id} needs its EndOffset and "
+                "SegmentAddRecord: the latest value of a key must rebuild the segment alone"
+            )
+        _check_add(value.add_record, event)
+        if value.end_offset != value.add_record.end_offset:
+            raise MetadataRecordError(
+                f"EndOffset {value.end_offset} is not the end offset "
+                f"{value.add_record.end_offset} of segment {event.remote_log_segment_id}"
+            )
+        tags.append((END_OFFSET_TAG, _INT64.pack(value.end_offset)))
+        tags.append((SEGMENT_ADD_RECORD_TAG, serde.serialize(value.add_record)))
+        if value.copy_finished and event.state in _DELETE_STATES:
+            tags.append((COPY_FINISHED_TAG, b"\x01"))
+    elif isinstance(event, RemotePartitionDeleteMetadata):
+        if value.end_offset is None:
+            raise MetadataRecordError(
+                f"a partition delete of {event.topic_id_partition} needs its EndOffset (the key's)"
+            )
+        tags.append((END_OFFSET_TAG, _INT64.pack(value.end_offset)))
+    else:
+        raise MetadataRecordError(f"not a remote log metadata event: {type(event).__name__}")
+    try:
+        return encode_record(DecodedRecord(value.api_key, 0, event, tuple(tags)))
+    except struct.error as exc:
+        raise MetadataRecordError(f"cannot encode {value!r}: {exc}") from None
+
+
+def _ours(fields: Iterable[tuple[int, bytes]]) -> dict[int, bytes]:
+    found: dict[int, bytes] = {}
+    for tag, data in fields:
+        if tag not in _NAMES:
+            continue  # someone else's tag: ignored, as Kafka ignores ours
+        if tag in found:
+            raise _tag_error(tag, "appears more than once")
+        found[tag] = data
+    return found
+
+
+def _int(tag: int, data: bytes, layout: struct.Struct) -> int:
+    if len(data) != layout.size:
+        raise _tag_error(tag, f"has {len(data)} byte(s), expected {layout.size}")
+    (number,) = layout.unpack(data)
+    return int(number)
+
+
+def decode_value(data: bytes) -> ProjectionValue:
+    """A keyed value (or a legacy one: no tags); ``MetadataRecordError`` naming what is wrong."""
+    record = decode_record(data)
+    event = record.value
+    if not isinstance(
+        event,
+        RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemotePartitionDeleteMetadata,
+    ):
+        raise MetadataRecordError(
+            f"a {record.type_name} (apiKey {record.api_key}) is not a remote log metadata event "
+            "(Kafka never publishes it)"
+        )
+    tags = _ours(record.unknown_tagged_fields)
+    allowed = {
+        serde.SEGMENT_METADATA: {BROKER_LEADER_EPOCH_TAG},
+        serde.SEGMENT_METADATA_UPDATE: set(_NAMES),
+        serde.PARTITION_DELETE_METADATA: {BROKER_LEADER_EPOCH_TAG, END_OFFSET_TAG},
+    }[record.api_key]
+    for tag in tags:
+        if tag not in allowed:
+            raise _tag_error(tag, f"is not defined on {record.type_name}")
+    epoch = None
+    if BROKER_LEADER_EPOCH_TAG in tags:
+        epoch = _int(BROKER_LEADER_EPOCH_TAG, tags[BROKER_LEADER_EPOCH_TAG], _INT32)
+        if epoch < 0:
+            raise _tag_error(BROKER_LEADER_EPOCH_TAG, f"is negative: {epoch}")
+    end = None
+    if END_OFFSET_TAG in tags:
+        end = _int(END_OFFSET_TAG, tags[END_OFFSET_TAG], _INT64)
+    add = None
+    if SEGMENT_ADD_RECORD_TAG in tags:
+        try:
+            inner = decode_record(tags[SEGMENT_ADD_RECORD_TAG]).value
+        except MetadataRecordError as exc:
+            raise _tag_error(SEGMENT_ADD_RECORD_TAG, f"does not decode: {exc}") from None
+        if not isinstance(inner, RemoteLogSegmentMetadata):
+            raise _tag_error(SEGMENT_ADD_RECORD_TAG, f"holds a {type(inner).__name__}")
+        assert isinstance(event, RemoteLogSegmentMetadataUpdate)
+        _check_add(inner, event)
+        add = inner
+    copy_finished = False
+    if COPY_FINISHED_TAG in tags:
+        if tags[COPY_FINISHED_TAG] != b"\x01":
+            raise _tag_error(COPY_FINISHED_TAG, f"is {tags[COPY_FINISHED_TAG].hex()}, expected 01")
+        copy_finished = True
+    if isinstance(event, RemoteLogSegmentMetadataUpdate) and (add is None) != (end is None):
+        raise MetadataRecordError(
+            "malformed compacted remote log metadata value: an update has EndOffset and "
+            "SegmentAddRecord together or neither"
+        )
+    if add is not None and end != add.end_offset:
+        raise _tag_error(END_OFFSET_TAG, f"is {end}, the segment's end offset is {add.end_offset}")
+    if isinstance(event, RemotePartitionDeleteMetadata):
+        if end is not None and end < -1:
+            raise _tag_error(END_OFFSET_TAG, f"is {end}, a log end offset is >= -1")
+        event = dataclasses.replace(event, broker_leader_epoch=epoch, end_offset=end)
+    elif epoch is not None:
+        event = dataclasses.replace(event, broker_leader_epoch=epoch)
+    return ProjectionValue(event, epoch, end, add, copy_finished)
