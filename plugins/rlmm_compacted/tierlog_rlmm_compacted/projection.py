@@ -17,9 +17,11 @@ Applying a record (``apply``):
 - **a null key** (a legacy record, written by Kafka's TBRLMM or tierlog's ``topic`` RLMM, before
   a migration or on a level-0 cluster): applied as the topic RLMM applies it (``StoreApplier``).
 - **a keyed add** (COPY_SEGMENT_STARTED): applied; the key now describes that segment.
-- **a keyed update** of a segment the cache does not know (its add was compacted away): the
-  value's ``SegmentAddRecord`` is applied first, then COPY_SEGMENT_FINISHED when
-  ``CopyFinished`` says the copy had finished before a deletion, then the update.
+- **a keyed update**: when compaction removed the records that brought its segment to the
+  state before it, those states are applied first, as a full history went through them: the
+  value's ``SegmentAddRecord`` for a segment the cache does not know, COPY_SEGMENT_FINISHED
+  when ``CopyFinished`` says the copy had finished before a deletion, DELETE_SEGMENT_STARTED
+  before a DELETE_SEGMENT_FINISHED; then the update.
 - **a keyed partition delete**: applied as the legacy store does (DELETE_PARTITION_FINISHED drops
   the partition); its key is the partition's delete marker.
 - **a value overwriting a key that described another segment**: that segment has lost a key. If
@@ -255,26 +257,46 @@ class ProjectionApplier:
         previous = part.keys.get(key)
         if previous is not None and previous.segment_id != segment_id:
             self._drop_key(tip, part, key, f"a value of segment {segment_id.id}")
-        if (
-            isinstance(event, RemoteLogSegmentMetadataUpdate)
-            and value.add_record is not None
-            and self.store.peek_segment(tip, segment_id) is None
-        ):
-            # Its add was compacted away (or never read): rebuild it from the value.
-            self._apply_event(tip, part, value.add_record)
-            if value.copy_finished and event.state in _DELETES:
-                finished = RemoteLogSegmentMetadataUpdate(
-                    segment_id,
-                    value.add_record.event_timestamp_ms,
-                    value.add_record.custom_metadata,
-                    S.COPY_SEGMENT_FINISHED,
-                    value.add_record.broker_id,
-                )
-                self._apply_event(tip, part, finished)
+        if isinstance(event, RemoteLogSegmentMetadataUpdate) and value.add_record is not None:
+            self._catch_up(tip, part, value, event)
         self._apply_event(tip, part, event)
         part.keys[key] = KeyEntry(segment_id, event.state)
         part.refs.setdefault(segment_id, set()).add(key)
         part.last_key[segment_id] = key
+
+    def _catch_up(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        value: ProjectionValue,
+        event: RemoteLogSegmentMetadataUpdate,
+    ) -> None:
+        """Bring the segment to the state just before ``event`` through the states a full
+        history went through, when compaction removed the records that did: its add (unknown
+        segment), COPY_SEGMENT_FINISHED (``CopyFinished`` before a deletion),
+        DELETE_SEGMENT_STARTED (before a DELETE_SEGMENT_FINISHED)."""
+        add = value.add_record
+        assert add is not None
+        segment_id = event.remote_log_segment_id
+        current = self.store.peek_segment(tip, segment_id)
+        if current is None:
+            self._apply_event(tip, part, add)
+            state = S.COPY_SEGMENT_STARTED
+        else:
+            state = current.state
+        path = []
+        if state is S.COPY_SEGMENT_STARTED and value.copy_finished and event.state in _DELETES:
+            path.append(S.COPY_SEGMENT_FINISHED)
+        if event.state is S.DELETE_SEGMENT_FINISHED and state is not S.DELETE_SEGMENT_STARTED:
+            path.append(S.DELETE_SEGMENT_STARTED)
+        for step in path:
+            self._apply_event(
+                tip,
+                part,
+                RemoteLogSegmentMetadataUpdate(
+                    segment_id, add.event_timestamp_ms, add.custom_metadata, step, add.broker_id
+                ),
+            )
 
     def _drop_key(
         self, tip: TopicIdPartition, part: _Partition, key: MetadataKey, because: str
