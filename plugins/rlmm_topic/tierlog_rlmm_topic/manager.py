@@ -50,6 +50,16 @@ Semantics (as TBRLMM, except where noted)
 Threads: reads go straight to the store (its own short locks); they never wait on Kafka.
 Writes return as soon as the record is handed to librdkafka; their futures are completed by
 the consumer thread.
+
+Extending it
+------------
+The compacted RLMM (``tierlog-rlmm-compacted``) is this class with other records: it
+subclasses it and overrides the protected hooks, each a step of the lifecycle above:
+``_new_applier`` (what the consumer feeds), ``_parse_config``, ``_ensure_topics``,
+``_new_producer``, ``_consumer_configs`` and ``_write`` (what one mutating call produces). The
+checks of a write (``_check_write``: assignment, a stopped metadata partition, the call's own
+check) and its completion when this node's consumer applied a record (``_when_applied``) are
+shared. Every message names ``type(self).__name__``, so a subclass's errors name it.
 """
 
 from __future__ import annotations
@@ -60,7 +70,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Set
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from tierlog.metadata import RemotePartitionMetadataStore, metadata_partition, serde, write_checks
 from tierlog.spi import (
@@ -75,7 +85,7 @@ from tierlog.spi import (
     RemoteStorageNotReadyException,
     TopicIdPartition,
 )
-from tierlog_rlmm_topic.applier import StoreApplier
+from tierlog_rlmm_topic.applier import RecordApplier, StoreApplier
 from tierlog_rlmm_topic.config import (
     COMMON_CLIENT_PREFIX,
     INIT_RETRY_MAX_TIMEOUT_MS,
@@ -89,10 +99,16 @@ from tierlog_rlmm_topic.config import (
 from tierlog_rlmm_topic.replay import ReplayProgressSettings
 
 if TYPE_CHECKING:
-    from tierlog_rlmm_topic.consumer import ConsumerTask
-    from tierlog_rlmm_topic.producer import MetadataProducer
+    from confluent_kafka.admin import AdminClient
 
-__all__ = ["BOOTSTRAP_SERVERS_ENV", "TopicBasedRemoteLogMetadataManager"]
+    from tierlog_rlmm_topic.consumer import ConsumerTask
+
+__all__ = [
+    "BOOTSTRAP_SERVERS_ENV",
+    "ManagedApplier",
+    "ManagedProducer",
+    "TopicBasedRemoteLogMetadataManager",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -100,6 +116,20 @@ BOOTSTRAP_SERVERS_ENV: Final = "TIERLOG_KAFKA_BOOTSTRAP_SERVERS"
 """Where ``conformance_config()`` finds the Kafka cluster the conformance suite runs against."""
 
 _T = TypeVar("_T")
+
+
+class ManagedApplier(RecordApplier, Protocol):
+    """The applier the manager feeds its consumer task with: a ``RecordApplier`` that also
+    tells whether a partition's deletion finished (writes to it are refused)."""
+
+    def is_deleted(self, topic_id_partition: TopicIdPartition) -> bool: ...
+
+
+class ManagedProducer(Protocol):
+    """What the manager itself does with its producer: close it. How records are sent is the
+    business of the ``_write`` that goes with the producer ``_new_producer`` builds."""
+
+    def close(self, timeout: float = 30.0) -> None: ...
 
 
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
@@ -112,10 +142,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def __init__(self, *, progress: ReplayProgressSettings | None = None) -> None:
         self._lock = threading.Lock()
         self._store = RemotePartitionMetadataStore()
-        self._applier = StoreApplier(self._store)
+        self._applier = self._new_applier(self._store)
         self._progress = progress
         self._config: TopicRlmmConfig | None = None
-        self._producer: MetadataProducer | None = None
+        self._producer: ManagedProducer | None = None
         self._consumer: ConsumerTask | None = None
         self._closed = False
 
@@ -142,12 +172,38 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             INIT_RETRY_MAX_TIMEOUT_MS: "60000",
         }
 
+    # Hooks of a subclass ---------------------------------------------------------------------
+    def _new_applier(self, store: RemotePartitionMetadataStore) -> ManagedApplier:
+        """The applier of the consumer task, feeding ``store`` (called by ``__init__``)."""
+        return StoreApplier(store)
+
+    def _parse_config(self, configs: Mapping[str, str]) -> TopicRlmmConfig:
+        """The topic-RLMM part of the configuration; a subclass parses its own keys here too
+        (and keeps what it needs: the hooks below run after this one)."""
+        return TopicRlmmConfig.from_configs(configs)
+
+    def _ensure_topics(self, admin: AdminClient, config: TopicRlmmConfig) -> None:
+        """Create or check the topic(s) before any client starts."""
+        from tierlog_rlmm_topic.topic import ensure_topic
+
+        ensure_topic(admin, config)
+
+    def _new_producer(self, config: TopicRlmmConfig) -> ManagedProducer:
+        """The producer ``_write`` uses."""
+        from tierlog_rlmm_topic.producer import MetadataProducer
+
+        return MetadataProducer(config.topic_name, config.producer)
+
+    def _consumer_configs(self, config: TopicRlmmConfig) -> Mapping[str, str]:
+        """The consumer task's client configuration."""
+        return config.consumer
+
     # Configuration -----------------------------------------------------------------------------
     @property
     def config(self) -> TopicRlmmConfig:
         """The parsed configuration; ``IllegalStateError`` before ``configure``."""
         if self._config is None:
-            raise IllegalStateError("TopicBasedRemoteLogMetadataManager is not configured")
+            raise IllegalStateError(f"{type(self).__name__} is not configured")
         return self._config
 
     @property
@@ -161,27 +217,26 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
         from tierlog_rlmm_topic.client_factory import new_client
         from tierlog_rlmm_topic.consumer import ConsumerTask
-        from tierlog_rlmm_topic.producer import MetadataProducer
-        from tierlog_rlmm_topic.topic import ensure_topic
 
+        name = type(self).__name__
         with self._lock:
             if self._closed:
-                raise IllegalStateError("TopicBasedRemoteLogMetadataManager is closed")
+                raise IllegalStateError(f"{name} is closed")
             if self._config is not None:
-                raise IllegalStateError("TopicBasedRemoteLogMetadataManager is already configured")
-        config = TopicRlmmConfig.from_configs(configs)
+                raise IllegalStateError(f"{name} is already configured")
+        config = self._parse_config(configs)
         admin = new_client(AdminClient, config.admin, "admin")
         try:
-            ensure_topic(admin, config)
+            self._ensure_topics(admin, config)
         finally:
             admin.poll(0)  # forwards its queued log lines before it goes
             del admin
-        producer = MetadataProducer(config.topic_name, config.producer)
+        producer = self._new_producer(config)
         try:
             num_partitions = config.num_partitions
             consumer = ConsumerTask(
                 config.topic_name,
-                config.consumer,
+                self._consumer_configs(config),
                 self._applier,
                 lambda tip: metadata_partition(tip, num_partitions),
                 progress=self._progress,
@@ -193,11 +248,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             if self._closed:
                 producer.close()
                 consumer.close()
-                raise IllegalStateError("TopicBasedRemoteLogMetadataManager is closed")
+                raise IllegalStateError(f"{name} is closed")
             self._config, self._producer, self._consumer = config, producer, consumer
         consumer.start()
         _LOG.info(
-            "topic RLMM of node %d using %s (%d partitions) on %s",
+            "%s of node %d using %s (%d partitions) on %s",
+            name,
             config.node_id,
             config.topic_name,
             config.num_partitions,
@@ -205,13 +261,13 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         )
 
     # Internals ---------------------------------------------------------------------------------
-    def _open(self) -> tuple[MetadataProducer, ConsumerTask, TopicRlmmConfig]:
+    def _open(self) -> tuple[ManagedProducer, ConsumerTask, TopicRlmmConfig]:
         if self._closed:
-            raise IllegalStateError("TopicBasedRemoteLogMetadataManager is closed")
+            raise IllegalStateError(f"{type(self).__name__} is closed")
         producer, consumer, config = self._producer, self._consumer, self._config
         if producer is None or consumer is None or config is None:
             raise IllegalStateError(
-                "TopicBasedRemoteLogMetadataManager is not configured: call configure() first"
+                f"{type(self).__name__} is not configured: call configure() first"
             )
         return producer, consumer, config
 
@@ -269,9 +325,26 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _write(
         self, tip: TopicIdPartition, metadata: RemoteLogMetadata, check: Callable[[], None]
     ) -> Future[None]:
-        """Check, produce, and complete when this node's consumer applied the record."""
-        producer, consumer, config = self._open()
+        """Check, produce, and complete when this node's consumer applied the record.
+
+        A subclass that builds another producer (``_new_producer``) overrides this too."""
+        from tierlog_rlmm_topic.producer import MetadataProducer
+
+        producer = self._open()[0]
+        if not isinstance(producer, MetadataProducer):  # a subclass's producer, not its _write
+            raise IllegalStateError(
+                f"{type(self).__name__} builds a {type(producer).__name__} but does not "
+                "override _write"
+            )
         payload = serde.serialize(metadata)  # a value that cannot be encoded fails here
+        partition = self._check_write(tip, check)
+        return self._when_applied(tip, partition, producer.send(partition, payload))
+
+    def _check_write(self, tip: TopicIdPartition, check: Callable[[], None]) -> int:
+        """Refuse a write this node could not read back or must not make: ``tip`` not
+        assigned, its metadata partition stopped, ``check()`` failing. Returns the metadata
+        partition of ``tip``."""
+        _, consumer, config = self._open()
         partition = metadata_partition(tip, config.num_partitions)
         if not consumer.is_assigned(tip):
             raise RemoteStorageException(
@@ -284,6 +357,16 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if failure is not None:
             raise failure
         check()
+        return partition
+
+    def _when_applied(
+        self, tip: TopicIdPartition, partition: int, sent: Future[tuple[int, int]]
+    ) -> Future[None]:
+        """A future completed once the record ``sent`` gives the offset of is applied by this
+        node's consumer (read-your-writes), or failed with the send's or the wait's error.
+        Called after ``_check_write``: the clients exist (``close`` never unsets them)."""
+        consumer, config = self._consumer, self._config
+        assert consumer is not None and config is not None
         result: Future[None] = Future()
         result.set_running_or_notify_cancel()
 
@@ -304,7 +387,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 applied
             )
 
-        producer.send(partition, payload).add_done_callback(delivered)
+        sent.add_done_callback(delivered)
         return result
 
     # Assignment --------------------------------------------------------------------------------
@@ -396,9 +479,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def __repr__(self) -> str:
         config = self._config
+        name = type(self).__name__
         if config is None:
-            return "TopicBasedRemoteLogMetadataManager(unconfigured)"
+            return f"{name}(unconfigured)"
         return (
-            f"TopicBasedRemoteLogMetadataManager(topic={config.topic_name}, "
+            f"{name}(topic={config.topic_name}, "
             f"partitions={config.num_partitions}, servers={config.bootstrap_servers})"
         )

@@ -31,7 +31,7 @@ from tierlog.spi import (
 )
 from tierlog_rlmm_topic.client_factory import close_client, new_client
 
-__all__ = ["MetadataProducer", "ProduceError"]
+__all__ = ["MetadataProducer", "ProduceError", "RetriableProduceError", "produce_error"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -53,7 +53,11 @@ class RetriableProduceError(ProduceError, RetriableRemoteStorageException):
     again is harmless, the metadata cache accepts a repeated event."""
 
 
-def _error(topic: str, partition: int, error: KafkaError) -> ProduceError:
+def produce_error(topic: str, partition: int, error: KafkaError) -> ProduceError:
+    """librdkafka's ``error`` writing to ``topic``/``partition`` as the exception a write's
+    future fails with: ``RetriableProduceError`` when waiting may help (timeouts, brokers
+    unreachable, errors librdkafka marks retriable), ``ProduceError`` otherwise; a fatal error
+    says so. Shared with the compacted RLMM's transactional producer."""
     message = (
         f"cannot write to the remote log metadata topic {topic} partition {partition}: "
         f"{error.name()}: {error.str()}"
@@ -97,7 +101,7 @@ class MetadataProducer:
 
         def delivered(error: KafkaError | None, message: Message) -> None:
             if error is not None:
-                exc = _error(self._topic, partition, error)
+                exc = produce_error(self._topic, partition, error)
                 if error.fatal():
                     self._fatal = exc
                     _LOG.error("%s", exc)
@@ -132,7 +136,7 @@ class MetadataProducer:
                 except KafkaException as exc:
                     error = exc.args[0] if exc.args else None
                     if isinstance(error, KafkaError):
-                        raise _error(self._topic, partition, error) from exc
+                        raise produce_error(self._topic, partition, error) from exc
                     raise ProduceError(f"cannot write to {self._topic}: {exc}") from exc
             if time.monotonic() > deadline:
                 raise RetriableProduceError(
