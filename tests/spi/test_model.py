@@ -274,6 +274,30 @@ def test_broker_leader_epoch_is_an_attribute_of_the_event_not_of_the_segment() -
     assert pickle.loads(pickle.dumps(delete)).end_offset == 1000
 
 
+def test_kafkas_legacy_record_and_the_json_form_leave_the_event_attributes_out() -> None:
+    """Kafka's wire format has no broker leader epoch: the legacy serde writes the same bytes
+    with or without it, and what it reads back has none (so does the JSON form)."""
+    from tierlog.metadata import decode_record, deserialize, record_from_json, serialize
+    from tierlog.metadata.json_codec import record_to_json
+
+    plain = _segment(custom_metadata=CustomMetadata(b"x"), cleaner_offsets={0: 50})
+    update = RemoteLogSegmentMetadataUpdate(
+        plain.remote_log_segment_id, 5, None, S.COPY_SEGMENT_FINISHED, 1
+    )
+    delete = RemotePartitionDeleteMetadata(TIP, P.DELETE_PARTITION_STARTED, 1, 1)
+    with_epochs = [
+        dataclasses.replace(plain, broker_leader_epoch=4),
+        dataclasses.replace(update, broker_leader_epoch=4),
+        dataclasses.replace(delete, broker_leader_epoch=4, end_offset=100),
+    ]
+    for event, bare in zip(with_epochs, [plain, update, delete], strict=True):
+        assert serialize(event) == serialize(bare)
+        back = deserialize(serialize(event))
+        assert back == event and back.broker_leader_epoch is None
+        from_json = record_from_json(record_to_json(decode_record(serialize(event)))).value
+        assert from_json == event and from_json.broker_leader_epoch is None  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("epoch", [-1, 2**31, True, 1.0, "3"])
 def test_broker_leader_epoch_must_be_an_int32_epoch(epoch: object) -> None:
     with pytest.raises(InvalidArgumentError, match="broker_leader_epoch"):
