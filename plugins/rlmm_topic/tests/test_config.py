@@ -363,3 +363,46 @@ def test_the_readme_documents_every_key() -> None:
         assert f"| `{key.name}` | {key.default} |" in readme.replace(
             f"`{DEFAULT_TOPIC_NAME}`", DEFAULT_TOPIC_NAME
         ), f"README's table lacks {key.name} (default {key.default})"
+
+
+# Keys another plugin parses from the same mapping ------------------------------------------------
+def test_extra_keys_and_prefixes_are_not_unknown(caplog: pytest.LogCaptureFixture) -> None:
+    configs = {
+        "node.id": "1",
+        SERVERS: "k:1",
+        "other.plugin.key": "1",
+        "other.plugin.prefix.anything": "2",
+    }
+    with caplog.at_level(logging.WARNING):
+        TopicRlmmConfig.from_configs(
+            configs, extra_keys={"other.plugin.key"}, extra_prefixes=("other.plugin.prefix.",)
+        )
+    assert "unknown" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        TopicRlmmConfig.from_configs(configs)
+    assert "other.plugin.key" in caplog.text
+    assert "other.plugin.prefix.anything" in caplog.text
+
+
+def test_did_you_mean_sees_the_extra_keys(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        TopicRlmmConfig.from_configs(
+            {"node.id": "1", SERVERS: "k:1", "remote.log.metadata.audit.enabel": "true"},
+            extra_keys=("remote.log.metadata.audit.enable",),
+            owner="compacted RLMM",
+        )
+    assert "compacted RLMM ignores unknown configuration key(s)" in caplog.text
+    assert (
+        "remote.log.metadata.audit.enabel (did you mean remote.log.metadata.audit.enable?)"
+        in caplog.text
+    )
+
+
+def test_owner_names_the_plugin_in_errors() -> None:
+    with pytest.raises(ConfigError, match=r"^the compacted RLMM needs node\.id"):
+        TopicRlmmConfig.from_configs({SERVERS: "k:1"}, owner="compacted RLMM")
+    with pytest.raises(ConfigError, match="the compacted RLMM's producer has no bootstrap"):
+        TopicRlmmConfig.from_configs({"node.id": "1"}, owner="compacted RLMM")
+    # The topic RLMM's own messages are unchanged.
+    with pytest.raises(ConfigError, match=r"^the topic RLMM needs node\.id"):
+        TopicRlmmConfig.from_configs({SERVERS: "k:1"})

@@ -25,7 +25,7 @@ passes through keys it does not know, so a file written for it must not fail her
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -274,30 +274,44 @@ class TopicRlmmConfig:
         return _CLIENT_PREFIXES
 
     @classmethod
-    def from_configs(cls, configs: Mapping[str, str]) -> TopicRlmmConfig:
+    def from_configs(
+        cls,
+        configs: Mapping[str, str],
+        *,
+        extra_keys: Collection[str] = (),
+        extra_prefixes: tuple[str, ...] = (),
+        owner: str = "topic RLMM",
+    ) -> TopicRlmmConfig:
         """Parse and validate ``configs`` (the ``rlmm.config.`` keys, prefix stripped).
 
         ``ConfigError`` names the key at fault: a missing ``node.id``, a value Kafka would
         refuse, a client setting librdkafka cannot be given (a JKS store), a missing
         ``remote.log.metadata.common.client.bootstrap.servers``. Unknown keys and Java-only
         client keys are reported in a WARNING.
+
+        A plugin built on this one (the compacted RLMM) parses keys of its own from the same
+        mapping: ``extra_keys`` and keys starting with one of ``extra_prefixes`` are not
+        reported as unknown, and the "did you mean" of an unknown key considers them too (a
+        misspelt key of the other plugin gets its hint). ``owner`` names the plugin in the
+        messages.
         """
+        known = set(_KEYS_BY_NAME) | set(extra_keys)
+        prefixes = _CLIENT_PREFIXES + tuple(extra_prefixes)
         unknown = sorted(
-            key
-            for key in configs
-            if key not in _KEYS_BY_NAME and not key.startswith(_CLIENT_PREFIXES)
+            key for key in configs if key not in known and not key.startswith(prefixes)
         )
         if unknown:
             _LOG.warning(
-                "topic RLMM ignores unknown configuration key(s): %s",
-                ", ".join(key + did_you_mean(key, _KEYS_BY_NAME) for key in unknown),
+                "%s ignores unknown configuration key(s): %s",
+                owner,
+                ", ".join(key + did_you_mean(key, known) for key in unknown),
             )
         node = _parse(configs, NODE_ID)
         if node is None:
             node = _parse(configs, BROKER_ID)
         if node is None:
             raise ConfigError(
-                f"the topic RLMM needs {NODE_ID} (or the deprecated {BROKER_ID}): it names the "
+                f"the {owner} needs {NODE_ID} (or the deprecated {BROKER_ID}): it names the "
                 "clients, as in Kafka; the RemoteLogManager passes it, set it when configuring "
                 "the RLMM by hand"
             )
@@ -313,7 +327,7 @@ class TopicRlmmConfig:
         log_dir = _parse(configs, LOG_DIR)
         cluster_id = _parse(configs, CLUSTER_ID)
         clients = {
-            role: cls._client(configs, prefix, node, role)
+            role: cls._client(configs, prefix, node, role, owner)
             for role, prefix in (
                 ("producer", PRODUCER_PREFIX),
                 ("consumer", CONSUMER_PREFIX),
@@ -339,7 +353,9 @@ class TopicRlmmConfig:
         )
 
     @staticmethod
-    def _client(configs: Mapping[str, str], prefix: str, node_id: int, role: str) -> dict[str, str]:
+    def _client(
+        configs: Mapping[str, str], prefix: str, node_id: int, role: str, owner: str
+    ) -> dict[str, str]:
         props, where = _client_props(configs, prefix)
         translated = translate(props, where)
         if translated.dropped:
@@ -352,7 +368,7 @@ class TopicRlmmConfig:
         servers = result.get("bootstrap.servers", "").strip()
         if not servers:
             raise ConfigError(
-                f"the topic RLMM's {role} has no bootstrap servers: set "
+                f"the {owner}'s {role} has no bootstrap servers: set "
                 f"{COMMON_CLIENT_PREFIX}bootstrap.servers (rlmm.config."
                 f"{COMMON_CLIENT_PREFIX}bootstrap.servers in server.properties) to the cluster "
                 "holding the metadata topic"
