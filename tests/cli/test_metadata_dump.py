@@ -6,7 +6,8 @@ to a test-private topic of three partitions, each at the partition Kafka's
 ``RemoteLogMetadataTopicPartitioner`` picks for it, as an RLMM would; the expected lines are
 ``format_record`` of what was written, at the offsets the broker acknowledged. The dump must give
 exactly those lines, grouped per partition in offset order, and honour its filters, its JSON
-form, its client settings (a SASL/PLAIN broker through ``--command-config``), a record that does
+form, the keys of keyed records (the compacted RLMM's, KAFKA-20033) and their tombstones, its
+client settings (a SASL/PLAIN broker through ``--command-config``), a record that does
 not decode (a line in its place, the rest still shown, exit 1) and an unreachable cluster (one
 line, exit 2). The comparison with Kafka's own formatter is in
 ``tests/integration/test_kafka_formatter.py``.
@@ -45,6 +46,7 @@ from tierlog.metadata import (
     record_to_json,
     serialize,
 )
+from tierlog.metadata.formatter import format_key, key_text
 from tierlog.spi import (
     ConfigError,
     CustomMetadata,
@@ -425,7 +427,9 @@ def test_a_record_that_does_not_decode_is_a_line_and_the_rest_is_shown(
         if w is bad:
             expected.append(f"partition: {w.partition}, offset: {w.offset}, error: {reason}")
         elif value is None:
-            expected.append(f"partition: {w.partition}, offset: {w.offset}, value: null")
+            expected.append(
+                f"partition: {w.partition}, offset: {w.offset}, key: key-1, value: null"
+            )
         else:
             expected.append(format_record(w.partition, w.offset, value))
     assert code == 1
@@ -458,6 +462,7 @@ def test_a_record_that_does_not_decode_in_json(
         "partition": tombstone.partition,
         "offset": tombstone.offset,
         "key": b"key-1".hex(),
+        "key_text": "key-1",
         "value": None,
     }
     assert len(objs) == 5
@@ -490,6 +495,210 @@ def test_with_topic_id_a_bad_record_on_a_read_partition_still_shows(
     assert code == 1
     assert len(lines) == 1
     assert lines[0].startswith(f"partition: {bad.partition}, offset: {bad.offset}, error: ")
+
+
+# Keyed records: the compacted RLMM's projection topic (KAFKA-20033) -----------------------------
+def compacted_key(where: TopicIdPartition, end_offset: int, epoch: int) -> bytes:
+    return f"{where.topic_id}:{where.partition}:{end_offset}:{epoch}".encode()
+
+
+@pytest.fixture(scope="module")
+def keyed_topic(kafka_broker: Service) -> DumpTopic:
+    """What a compacted RLMM's projection topic holds, each record on the metadata partition of
+    its user partition: keyed adds and updates (one value with tags a Kafka reader skips), a
+    partition-delete marker keyed by the log end offset, keyed tombstones, a legacy record
+    without a key, and on ``orders``-0's partition a tombstone whose key is not UTF-8 and a
+    record whose key holds a line break."""
+    name = unique_topic("tierlog-dump-keyed")
+    create_topic(kafka_broker.url, name, METADATA_PARTITIONS)
+    orders0, orders1 = tip(ORDERS, "orders", 0), tip(ORDERS, "orders", 1)
+    payments = tip(PAYMENTS, "payments", 0)
+    first = segment(orders0, 0, 99, {0: 0, 3: 40})
+    tagged = encode_record(
+        dataclasses.replace(
+            decode_record(serialize(finished(first))),
+            unknown_tagged_fields=((20033, (3).to_bytes(4, "big")),),
+        )
+    )
+    other = segment(orders1, 0, 49, {2: 0})
+    legacy = segment(orders1, 50, 59, {2: 50})
+    delete = RemotePartitionDeleteMetadata(
+        payments, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, T0, 1
+    )
+    rows: list[tuple[object, bytes | None, bytes | None]] = [
+        (first, compacted_key(orders0, 99, 3), serialize(first)),
+        (finished(first), compacted_key(orders0, 99, 3), tagged),
+        (other, compacted_key(orders1, 49, 2), serialize(other)),
+        (None, compacted_key(orders1, 49, 2), None),
+        (legacy, None, serialize(legacy)),
+        (delete, compacted_key(payments, 1000, 0), serialize(delete)),
+        (None, compacted_key(payments, 9, 0), None),
+        (None, b"\xff\xfeorders", None),
+        (first, b"line\nbreak", serialize(first)),
+    ]
+    home0 = metadata_partition(orders0, METADATA_PARTITIONS)
+    placement = [
+        home0,
+        home0,
+        metadata_partition(orders1, METADATA_PARTITIONS),
+        metadata_partition(orders1, METADATA_PARTITIONS),
+        metadata_partition(orders1, METADATA_PARTITIONS),
+        metadata_partition(payments, METADATA_PARTITIONS),
+        metadata_partition(payments, METADATA_PARTITIONS),
+        home0,
+        home0,
+    ]
+    written = produce(
+        kafka_broker.url,
+        name,
+        [(p, key, value) for p, (_, key, value) in zip(placement, rows, strict=True)],
+    )
+    return DumpTopic(kafka_broker.url, name, written, [value for value, _, _ in rows])
+
+
+def keyed_line(w: Written, value: object) -> str:
+    """The expected kafka-format line of a keyed topic's record, written out by hand."""
+    head = f"partition: {w.partition}, offset: {w.offset}, "
+    if w.key is None:
+        return format_record(w.partition, w.offset, value)
+    shown = {
+        b"\xff\xfeorders": "0x" + b"\xff\xfeorders".hex(),
+        b"line\nbreak": "0x6c696e650a627265616b",
+    }
+    key = shown[w.key] if w.key in shown else w.key.decode()
+    if value is None:
+        return f"{head}key: {key}, value: null"
+    return head + f"key: {key}, " + format_record(w.partition, w.offset, value).removeprefix(head)
+
+
+def test_a_keyed_record_shows_its_key_before_its_value(
+    capsys: pytest.CaptureFixture[str], keyed_topic: DumpTopic
+) -> None:
+    code, lines, err = dump(
+        capsys, "--bootstrap-servers", keyed_topic.bootstrap, "--topic", keyed_topic.name
+    )
+    assert code == 0
+    expected = [
+        keyed_line(w, v)
+        for w, v in sorted(
+            zip(keyed_topic.written, keyed_topic.values, strict=True),
+            key=lambda wv: (wv[0].partition, wv[0].offset),
+        )
+    ]
+    assert lines == expected
+    assert len(lines) == len(keyed_topic.written)
+    text = "\n".join(lines)
+    assert f"key: {ORDERS}:0:99:3, value: RemoteLogSegmentMetadata{{" in text
+    assert f"key: {ORDERS}:0:99:3, value: RemoteLogSegmentMetadataUpdate{{" in text
+    assert f"key: {PAYMENTS}:0:1000:0, value: RemotePartitionDeleteMetadata{{" in text
+    assert f"key: {ORDERS}:1:49:2, value: null" in text
+    assert "key: 0xfffe6f7264657273, value: null" in text
+    # The legacy record keeps Kafka's exact line; the tagged update's line is the plain one's.
+    legacy = keyed_topic.written[4]
+    assert format_record(legacy.partition, legacy.offset, keyed_topic.values[4]) in lines
+    assert err.splitlines() == [
+        f"tierlog: 3 record(s) of {keyed_topic.name} have a null value (a tombstone): Kafka's "
+        "RemoteLogMetadataFormatter and a Kafka 4.3 broker's RLMM cannot read them"
+    ]
+
+
+def test_keyed_records_in_json_have_the_key_in_hex_and_as_text(
+    capsys: pytest.CaptureFixture[str], keyed_topic: DumpTopic
+) -> None:
+    code, lines, _ = dump(
+        capsys,
+        *("--bootstrap-servers", keyed_topic.bootstrap, "--topic", keyed_topic.name),
+        *("--format", "json"),
+    )
+    assert code == 0
+    objs = {(o["partition"], o["offset"]): o for o in map(json.loads, lines)}
+    assert len(objs) == len(keyed_topic.written)
+    for w in keyed_topic.written:
+        obj = objs[w.partition, w.offset]
+        if w.key is None:
+            assert "key" not in obj and "key_text" not in obj
+            continue
+        assert obj["key"] == w.key.hex()
+        if w.key == b"\xff\xfeorders":
+            assert "key_text" not in obj
+        else:
+            assert obj["key_text"] == w.key.decode()
+        if w.value is None:
+            assert obj["value"] is None
+        else:
+            rest = {
+                k: v for k, v in obj.items() if k not in ("partition", "offset", "key", "key_text")
+            }
+            assert rest == record_to_json(decode_record(w.value))
+    update = keyed_topic.written[1]
+    assert objs[update.partition, update.offset]["unknownTaggedFields"] == [
+        {"tag": 20033, "data": "00000003"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "kept"),
+    [
+        (("--topic-id", str(ORDERS), "--partition", "1"), {2, 3, 4}),
+        (("--topic-id", str(ORDERS), "--partition", "0"), {0, 1, 8}),
+        (("--topic-id", str(PAYMENTS)), {5, 6}),
+        (("--partition", "0"), {0, 1, 5, 6, 8}),
+    ],
+)
+def test_filters_keep_the_tombstones_whose_compacted_key_names_a_kept_partition(
+    capsys: pytest.CaptureFixture[str],
+    keyed_topic: DumpTopic,
+    argv: tuple[str, ...],
+    kept: set[int],
+) -> None:
+    """A tombstone has no value to name its topic; a compacted RLMM key names it (topic id and
+    partition), so the filters keep the tombstones of the partitions they keep. A tombstone
+    whose key is not such a key (index 7) names no topic and is left out."""
+    code, lines, _ = dump(
+        capsys,
+        *("--bootstrap-servers", keyed_topic.bootstrap, "--topic", keyed_topic.name),
+        *argv,
+    )
+    assert code == 0
+    chosen = sorted(
+        (
+            wv
+            for i, wv in enumerate(zip(keyed_topic.written, keyed_topic.values, strict=True))
+            if i in kept
+        ),
+        key=lambda wv: (wv[0].partition, wv[0].offset),
+    )
+    assert lines == [keyed_line(w, v) for w, v in chosen]
+
+
+def test_format_key_shows_utf8_text_or_hex() -> None:
+    assert format_key(b"T8fJ9Kz3RyWxP2mQ4nL7vB:0:1999:5") == "T8fJ9Kz3RyWxP2mQ4nL7vB:0:1999:5"
+    assert format_key("clé".encode()) == "clé"
+    assert format_key(b"\xc3") == "0xc3"  # a truncated UTF-8 sequence
+    assert format_key(b"a\tb") == "0x610962"  # a tab or a line break would break the line
+    assert format_key(b"") == "0x"
+    assert key_text(b"a\nb") == "a\nb" and key_text(b"\xc3") is None
+    assert format_record(
+        0, 1, finished(segment(tip(ORDERS, "orders", 0), 0, 9, {0: 0})), key=b"k"
+    ).startswith("partition: 0, offset: 1, key: k, value: RemoteLogSegmentMetadataUpdate{")
+
+
+@pytest.mark.parametrize(
+    ("key", "place"),
+    [
+        (f"{ORDERS}:3:1999:5".encode(), (ORDERS, 3)),
+        (f"{PAYMENTS}:0:-1:0".encode(), (PAYMENTS, 0)),  # a partition deletion of an empty log
+        (f"{ORDERS}:2147483648:1:1".encode(), None),  # not a partition number
+        (f"{ORDERS}:3:1999".encode(), None),
+        (f"{ORDERS}:3:1999:5:7".encode(), None),
+        (f"{ORDERS}:x:1999:5".encode(), None),
+        (b"AAAAAAAAAAAAAAAAAAAAA_:0:1:1", None),  # not a canonical Uuid
+        (b"key-1", None),
+        (b"\xff:0:1:1", None),
+    ],
+)
+def test_compacted_key_place(key: bytes, place: tuple[Uuid, int] | None) -> None:
+    assert _metadata_dump.compacted_key_place(key) == place
 
 
 def test_a_record_of_a_later_version_is_shown_and_noted(

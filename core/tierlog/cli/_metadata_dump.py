@@ -7,10 +7,19 @@ one line ``partition: %d, offset: %d, value: %s`` per record, in the order the c
 to fetch the partitions, and the consumer stops at the first record it cannot decode. This
 command prints the same lines (``tierlog.metadata.formatter``), grouped per metadata partition in
 partition order and offset order, so that two dumps (or a dump and Kafka's output, sorted) can be
-compared line for line; and as a diagnostic tool it does not stop at a bad record. One line
-differs from Kafka's on purpose: a segment the log cleaner wrote (compacted topics in tiered
-storage) ends with its ``, cleanerOffsets={0=100, 1=155}``, a tagged field Kafka skips
-(``tierlog.metadata.formatter``); strip that suffix to compare with Kafka's output.
+compared line for line; and as a diagnostic tool it does not stop at a bad record. Two
+things differ from Kafka's lines on purpose (``tierlog.metadata.formatter``); strip them to
+compare with Kafka's output:
+
+- a segment the log cleaner wrote (compacted topics in tiered storage) ends with its
+  ``, cleanerOffsets={0=100, 1=155}``, a tagged field Kafka skips;
+- a record with a key (the compacted RLMM's projection topic, KAFKA-20033, keys its records
+  ``topicId:partition:endOffset:brokerLeaderEpoch``) shows it before its value:
+  ``partition: P, offset: O, key: K, value: ...``, K the key's UTF-8 text, or ``0x<hex>`` when
+  it is not valid UTF-8 (or not printable, so a record stays one line). Kafka's formatter
+  prints values only. A record without a key (all Kafka and the ``topic`` RLMM write) keeps
+  Kafka's exact line. In JSON a keyed record has ``key`` (hex) and, when the key is valid
+  UTF-8, ``key_text``.
 
 - It reads each chosen partition from its beginning to the end offset captured when the command
   started, one partition at a time (memory stays bounded whatever the topic's size), then exits;
@@ -21,14 +30,16 @@ storage) ends with its ``, cleanerOffsets={0=100, 1=155}``, a tagged field Kafka
   topic's real partition count), ``--metadata-partition``. A record that does not decode names no
   topic: it is shown whatever the filters. Snapshot records (apiKey 3) name no topic either and
   are left out by ``--topic-id`` and ``--partition``.
-- A record that does not decode is one line ``partition: P, offset: O, error: <why>`` (or a JSON
-  object with ``error``) in its place; the dump goes on and the command exits 1 at the end, with
-  a summary on stderr. Two kinds of record that tierlog reads but Kafka 4.3's formatter and RLMM
-  do not are shown and counted on stderr without failing the dump: a null value (a tombstone, on
-  a compacted metadata topic; ``value: null``, left out by the filters, which it names no topic
-  for; Kafka: a ``NullPointerException``) and a record of a version above 0 (the KAFKA-20033
-  records; its line is that of version 0; Kafka: "Can't read version 1 of
-  RemoteLogSegmentIdEntry").
+- A record that does not decode is one line ``partition: P, offset: O, error: <why>`` (its key
+  before ``error`` if it has one; or a JSON object with ``error``) in its place; the dump goes
+  on and the command exits 1 at the end, with a summary on stderr. Two kinds of record that
+  tierlog reads but Kafka 4.3's formatter and RLMM do not are shown and counted on stderr
+  without failing the dump: a null value (a tombstone, on a compacted metadata topic;
+  ``partition: P, offset: O, key: K, value: null``; Kafka: a ``NullPointerException``) and a
+  record of a version above 0 (the seed of KAFKA-20033 writes version 1; its line is that of
+  version 0; Kafka: "Can't read version 1 of RemoteLogSegmentIdEntry"). The filters keep a
+  tombstone whose key is a compacted RLMM key naming a kept topic id and partition, and leave
+  out any other tombstone (it names no topic).
 - ``--command-config FILE`` takes the Java properties file given to Kafka's tools
   (``client_config``: security protocol, SASL mechanism and credentials, including a PLAIN or
   SCRAM ``sasl.jaas.config``, TLS files in PEM).
@@ -104,7 +115,10 @@ def add_dump_parser(sub: Any) -> None:
         description="Read a remote log metadata topic from a Kafka cluster, from the beginning "
         "to the end offsets of the start, and print each record as Kafka's "
         "RemoteLogMetadataFormatter does ('partition: P, offset: O, value: ...'), grouped per "
-        "partition in partition and offset order. A record that does not decode is printed as "
+        "partition in partition and offset order. A record with a key (the compacted RLMM's "
+        "'topicId:partition:endOffset:brokerLeaderEpoch') shows it before its value: "
+        "'partition: P, offset: O, key: K, value: ...', K the key as UTF-8 text or 0x<hex>; a "
+        "tombstone ends with 'value: null'. A record that does not decode is printed as "
         "'partition: P, offset: O, error: ...' and the dump goes on. Exit status: 0 all records "
         "decoded, 1 some did not, 2 usage error or cluster unreachable.",
     )
@@ -147,8 +161,9 @@ def add_dump_parser(sub: Any) -> None:
         "--format",
         choices=("kafka", "json"),
         default="kafka",
-        help="kafka (default; RemoteLogMetadataFormatter's lines) or json (one object per line: "
-        "partition, offset and the JSON of `tierlog metadata decode`)",
+        help="kafka (default; RemoteLogMetadataFormatter's lines, with the key of a keyed "
+        "record) or json (one object per line: partition, offset, key (hex) and key_text (UTF-8) "
+        "of a keyed record, and the JSON of `tierlog metadata decode`)",
     )
     dump.add_argument(
         "--command-config",
@@ -372,6 +387,41 @@ class Selection:
             return False
         return self.partition is None or tip.partition == self.partition
 
+    def keeps_key(self, key: bytes | None) -> bool:
+        """Whether a record without a value (a tombstone) shows: always without filters; with
+        filters only if its key is one of the compacted RLMM's (``compacted_key_place``) and
+        names a kept topic id and partition (any other tombstone names no topic)."""
+        if not self.filters:
+            return True
+        place = None if key is None else compacted_key_place(key)
+        if place is None:
+            return False
+        topic_id, partition = place
+        if self.topic_id is not None and topic_id != self.topic_id:
+            return False
+        return self.partition is None or partition == self.partition
+
+
+_COMPACTED_KEY: Final = re.compile(r"([A-Za-z0-9_-]{22}):(\d+):(-?\d+):(\d+)")
+"""The compacted RLMM's key (KAFKA-20033): ``topicId:partition:endOffset:brokerLeaderEpoch``,
+the topic id in Kafka's base64url form; a partition deletion's end offset may be -1."""
+
+
+def compacted_key_place(key: bytes) -> tuple[Uuid, int] | None:
+    """The topic id and user partition a compacted RLMM key names, or None if ``key`` is not
+    one (its tombstone names no topic then)."""
+    try:
+        match = _COMPACTED_KEY.fullmatch(key.decode("ascii"))
+    except UnicodeDecodeError:
+        return None
+    if match is None or int(match.group(2)) > INT32_MAX:
+        return None
+    try:
+        topic_id = Uuid.from_string(match.group(1))
+    except InvalidArgumentError:
+        return None
+    return topic_id, int(match.group(2))
+
 
 def _topic_id_partition(value: object) -> TopicIdPartition | None:
     from tierlog.spi import (
@@ -466,7 +516,7 @@ class LinePrinter:
     """Turns records into the dump's lines (kafka or json) and counts what it saw."""
 
     def __init__(self, fmt: str, selection: Selection, out: TextIO) -> None:
-        from tierlog.metadata.formatter import format_record
+        from tierlog.metadata.formatter import format_record, key_text, record_prefix
         from tierlog.metadata.json_codec import record_to_json
         from tierlog.metadata.serde import decode_record
 
@@ -475,6 +525,8 @@ class LinePrinter:
         self._out = out
         self._decode = decode_record
         self._format = format_record
+        self._prefix = record_prefix
+        self._key_text = key_text
         self._to_json = record_to_json
         self.stats = DumpStats()
 
@@ -485,11 +537,11 @@ class LinePrinter:
         self.stats.records += 1
         if value is None:
             self.stats.tombstones += 1
-            if self._selection.filters:
+            if not self._selection.keeps_key(key):
                 return None
             if self._json:
                 return self._dumps(self._head(partition, offset, key) | {"value": None})
-            return f"partition: {partition}, offset: {offset}, value: null"
+            return f"{self._prefix(partition, offset, key)}value: null"
         try:
             decoded: DecodedRecord = self._decode(value)
         except MetadataRecordError as exc:
@@ -497,20 +549,22 @@ class LinePrinter:
             self.stats.errors.append((partition, offset, message))
             if self._json:
                 return self._dumps(self._head(partition, offset, key) | {"error": message})
-            return f"partition: {partition}, offset: {offset}, error: {message}"
+            return f"{self._prefix(partition, offset, key)}error: {message}"
         if not self._selection.keeps(decoded.value):
             return None
         if decoded.version > 0:
             self.stats.newer_versions.append((partition, offset, decoded.version))
         if self._json:
             return self._dumps(self._head(partition, offset, key) | self._to_json(decoded))
-        return self._format(partition, offset, decoded.value)
+        return self._format(partition, offset, decoded.value, key=key)
 
-    @staticmethod
-    def _head(partition: int, offset: int, key: bytes | None) -> dict[str, Any]:
+    def _head(self, partition: int, offset: int, key: bytes | None) -> dict[str, Any]:
         head: dict[str, Any] = {"partition": partition, "offset": offset}
         if key is not None:
             head["key"] = key.hex()
+            text = self._key_text(key)
+            if text is not None:
+                head["key_text"] = text
         return head
 
     @staticmethod

@@ -12,6 +12,11 @@ One addition: the metadata of a segment the log cleaner wrote (compacted topics 
 storage, KIP-1272) ends with ``, cleanerOffsets={0=100, 1=155}`` (its cleaner-offset vector, in
 the form of ``segmentLeaderEpochs``) before the closing brace. Kafka skips that tagged field, so
 its formatter prints the same line without it; every other line is Kafka's unchanged.
+
+Records with a key (the compacted RLMM's, KAFKA-20033: ``topicId:partition:endOffset:epoch``)
+have no line in Kafka's formatter, which prints values only; ``format_record(..., key=K)`` puts
+``key: K, `` before the value (``format_key``: the key as text, or ``0x<hex>``). A record
+without a key, all Kafka ever writes to this topic, keeps Kafka's exact line.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from tierlog.spi import (
     Uuid,
 )
 
-__all__ = ["format_record", "kafka_string"]
+__all__ = ["format_key", "format_record", "kafka_string", "key_text", "record_prefix"]
 
 
 def _optional(custom: CustomMetadata | None) -> str:
@@ -136,13 +141,40 @@ def kafka_string(obj: object) -> str:
     raise InvalidArgumentError(f"no Kafka string form for {type(obj).__qualname__}")
 
 
-def format_record(partition: int, offset: int, value: object) -> str:
+def key_text(key: bytes) -> str | None:
+    """``key`` decoded as UTF-8 (the compacted RLMM's keys are text), or None if it is not
+    valid UTF-8."""
+    try:
+        return bytes(key).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def format_key(key: bytes) -> str:
+    """A record key as a line shows it: its UTF-8 text, or ``0x`` and its hex digits when it is
+    not valid UTF-8 or holds a character that is not printable (a line break would split the
+    line; ``0x`` alone is the empty key)."""
+    text = key_text(key)
+    if text is not None and text and text.isprintable():
+        return text
+    return "0x" + bytes(key).hex()
+
+
+def format_record(partition: int, offset: int, value: object, *, key: bytes | None = None) -> str:
     """One line of Kafka's ``RemoteLogMetadataFormatter``, without the line separator.
 
     ``value`` is the record value as bytes (decoded here, raising ``MetadataRecordError`` if it
     cannot be, including a null value) or an already decoded metadata object or
-    ``DecodedRecord``.
+    ``DecodedRecord``. A ``key`` adds ``key: K, `` before the value (``format_key``); without
+    one the line is Kafka's.
     """
     if value is None or isinstance(value, bytes | bytearray | memoryview):
         value = deserialize(value)  # type: ignore[arg-type]  # None: a tombstone, refused
-    return f"partition: {partition}, offset: {offset}, value: {kafka_string(value)}"
+    return f"{record_prefix(partition, offset, key)}value: {kafka_string(value)}"
+
+
+def record_prefix(partition: int, offset: int, key: bytes | None) -> str:
+    """The start of a record's line up to its value (or error): ``partition: P, offset: O, ``
+    and, for a record with a key, ``key: K, ``."""
+    head = f"partition: {partition}, offset: {offset}, "
+    return head if key is None else f"{head}key: {format_key(key)}, "
