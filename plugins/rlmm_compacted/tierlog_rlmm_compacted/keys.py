@@ -1,8 +1,9 @@
 """The keys of the compacted projection: ``topicId:partition:endOffset:brokerLeaderEpoch``.
 
 KAFKA-20033 makes every record of the metadata topic keyed, so that Kafka's log cleaner keeps
-one value per key. The key is text (UTF-8), as in the seed's example
-``"T8fJ9Kz3RyWxP2mQ4nL7vB:0:1999:5"``:
+one value per key. The key is text (UTF-8, all ASCII), as in the seed's example
+``"T8fJ9Kz3RyWxP2mQ4nL7vB:0:1999:5"`` (whose topic id is not quite one: its last character
+carries non-zero padding bits; Kafka's spelling of that id ends in ``A``):
 
 - ``topicId``: the user topic's id in Kafka's text form (22 characters of base64url);
 - ``partition``: the user partition;
@@ -14,7 +15,12 @@ one value per key. The key is text (UTF-8), as in the seed's example
 All events of one segment published by one leader share a key (retries and state changes
 overwrite each other under compaction); the same segment end offset published by leaders of
 different epochs gives different keys, so a leadership change during an upload keeps both
-uploads (seed scenario 2).
+uploads (seed scenario 2). The writer may publish under another epoch of the same end offset
+when the natural key describes another live segment (``projection.py``).
+
+Kafka's cleaner compares keys as bytes, so a key has one spelling: ``parse`` accepts only the
+text ``encode`` writes (Kafka's form of the topic id, numbers without sign, padding or leading
+zero) and raises ``MetadataRecordError`` naming the part that is wrong.
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ def _number(text: str, what: str, low: int, high: int, raw: bytes) -> int:
             f"malformed remote log metadata key {raw!r}: {what} {text!r} is not an integer"
         )
     value = int(text)
+    if str(value) != text:
+        raise MetadataRecordError(
+            f"malformed remote log metadata key {raw!r}: {what} {text!r} is not in canonical "
+            f"form {str(value)!r} (one key, one spelling)"
+        )
     if not low <= value <= high:
         raise MetadataRecordError(
             f"malformed remote log metadata key {raw!r}: {what} {value} is out of range "
@@ -68,6 +79,7 @@ class MetadataKey:
 
     @classmethod
     def of(cls, tip: TopicIdPartition, end_offset: int, broker_leader_epoch: int) -> MetadataKey:
+        """The key of ``tip`` (its topic id and partition) at that end offset and epoch."""
         return cls(tip.topic_id, tip.partition, end_offset, broker_leader_epoch)
 
     def belongs_to(self, tip: TopicIdPartition) -> bool:
@@ -75,11 +87,17 @@ class MetadataKey:
         return self.topic_id == tip.topic_id and self.partition == tip.partition
 
     def encode(self) -> bytes:
-        return str(self).encode("ascii")
+        """The record key: the text form in UTF-8 (all ASCII)."""
+        return str(self).encode("utf-8")
 
     @classmethod
     def parse(cls, data: bytes) -> MetadataKey:
-        """The key of a record; ``MetadataRecordError`` naming what is wrong."""
+        """The key of a record; ``MetadataRecordError`` naming what is wrong.
+
+        Only the canonical text is accepted (the one ``encode`` writes: no sign, leading zero
+        or padding in a number): Kafka's cleaner compares keys as bytes, so two spellings of
+        one key would be two keys, and the older value would never be compacted away.
+        """
         try:
             text = bytes(data).decode("ascii")
         except UnicodeDecodeError:

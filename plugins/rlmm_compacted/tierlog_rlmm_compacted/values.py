@@ -24,11 +24,18 @@ so). With the add record inside, the latest value of a key is self-sufficient: a
 saw the add (compacted away) applies it, then the update. ``CopyFinished`` says the segment had
 reached COPY_SEGMENT_FINISHED before its deletion started, so that such a reader replays
 add -> FINISHED -> DELETE_* and counts the segment in the epoch's highest copied offset, as a
-reader of the full history does.
+reader of the full history does (the writer leaves it out for a finished segment another copy
+of its offsets displaced: ``projection.py`` says why).
 
-Reading is strict for these tags (a wrong size, a repeated tag, an add record of another segment
-or not in COPY_SEGMENT_STARTED: ``MetadataRecordError`` naming the tag); other unknown tags are
-ignored, as Kafka ignores them.
+An update carries ``EndOffset`` and ``SegmentAddRecord`` together, or neither: a *bare* update
+(Kafka's record and its ``BrokerLeaderEpoch``) describes no segment; the compacted RLMM writes
+one for an invalid transition, which every reader drops.
+
+Reading is strict for these tags (a wrong size, a repeated tag, a tag on a record type that does
+not define it, an add record of another segment or not in COPY_SEGMENT_STARTED, an ``EndOffset``
+other than the add record's, ``CopyFinished`` on an update that is not a deletion or has no add
+record: ``MetadataRecordError`` naming the tag); other unknown tags are ignored, as Kafka ignores
+them.
 """
 
 from __future__ import annotations
@@ -128,7 +135,12 @@ def encode_value(value: ProjectionValue) -> bytes:
     event = value.event
     tags: list[tuple[int, bytes]] = []
     if value.broker_leader_epoch is not None:
-        tags.append((BROKER_LEADER_EPOCH_TAG, _INT32.pack(value.broker_leader_epoch)))
+        tags.append(
+            (
+                BROKER_LEADER_EPOCH_TAG,
+                _pack(BROKER_LEADER_EPOCH_TAG, _INT32, value.broker_leader_epoch, 0),
+            )
+        )
     if isinstance(event, RemoteLogSegmentMetadata):
         if value.end_offset is not None or value.add_record is not None or value.copy_finished:
             raise MetadataRecordError(
@@ -136,33 +148,48 @@ def encode_value(value: ProjectionValue) -> bytes:
                 "offset and segment are its own fields"
             )
     elif isinstance(event, RemoteLogSegmentMetadataUpdate):
-        if value.end_offset is None or value.add_record is None:
+        if value.copy_finished and event.state not in _DELETE_STATES:
+            raise MetadataRecordError(
+                f"CopyFinished is for a deletion (DELETE_SEGMENT_*), not an update to {event.state}"
+            )
+        if value.end_offset is None and value.add_record is None and not value.copy_finished:
+            pass  # a bare update: Kafka's record and its BrokerLeaderEpoch, describing nothing
+        elif value.end_offset is None or value.add_record is None:
             raise MetadataRecordError(
                 f"an update of segment {event.remote_log_segment_id} needs its EndOffset and "
-                "SegmentAddRecord: the latest value of a key must rebuild the segment alone"
+                "SegmentAddRecord (or neither: a bare update): the latest value of a key must "
+                "rebuild the segment alone"
             )
-        _check_add(value.add_record, event)
-        if value.end_offset != value.add_record.end_offset:
-            raise MetadataRecordError(
-                f"EndOffset {value.end_offset} is not the end offset "
-                f"{value.add_record.end_offset} of segment {event.remote_log_segment_id}"
-            )
-        tags.append((END_OFFSET_TAG, _INT64.pack(value.end_offset)))
-        tags.append((SEGMENT_ADD_RECORD_TAG, serde.serialize(value.add_record)))
-        if value.copy_finished and event.state in _DELETE_STATES:
-            tags.append((COPY_FINISHED_TAG, b"\x01"))
+        else:
+            _check_add(value.add_record, event)
+            if value.end_offset != value.add_record.end_offset:
+                raise MetadataRecordError(
+                    f"EndOffset {value.end_offset} is not the end offset "
+                    f"{value.add_record.end_offset} of segment {event.remote_log_segment_id}"
+                )
+            tags.append((END_OFFSET_TAG, _pack(END_OFFSET_TAG, _INT64, value.end_offset, 0)))
+            tags.append((SEGMENT_ADD_RECORD_TAG, serde.serialize(value.add_record)))
+            if value.copy_finished:
+                tags.append((COPY_FINISHED_TAG, b"\x01"))
     elif isinstance(event, RemotePartitionDeleteMetadata):
         if value.end_offset is None:
             raise MetadataRecordError(
                 f"a partition delete of {event.topic_id_partition} needs its EndOffset (the key's)"
             )
-        tags.append((END_OFFSET_TAG, _INT64.pack(value.end_offset)))
+        tags.append((END_OFFSET_TAG, _pack(END_OFFSET_TAG, _INT64, value.end_offset, -1)))
     else:
         raise MetadataRecordError(f"not a remote log metadata event: {type(event).__name__}")
-    try:
-        return encode_record(DecodedRecord(value.api_key, 0, event, tuple(tags)))
-    except struct.error as exc:
-        raise MetadataRecordError(f"cannot encode {value!r}: {exc}") from None
+    return encode_record(DecodedRecord(value.api_key, 0, event, tuple(tags)))
+
+
+def _pack(tag: int, layout: struct.Struct, number: int, low: int) -> bytes:
+    """``number`` as the tag's big-endian int, if it is one of ``low`` or more."""
+    high = (1 << (8 * layout.size - 1)) - 1
+    if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
+        raise MetadataRecordError(
+            f"cannot encode {_NAMES[tag]} (tag {tag}) {number!r}: not an int in [{low}, {high}]"
+        )
+    return layout.pack(number)
 
 
 def _ours(fields: Iterable[tuple[int, bytes]]) -> dict[int, bytes]:
@@ -227,6 +254,11 @@ def decode_value(data: bytes) -> ProjectionValue:
     if COPY_FINISHED_TAG in tags:
         if tags[COPY_FINISHED_TAG] != b"\x01":
             raise _tag_error(COPY_FINISHED_TAG, f"is {tags[COPY_FINISHED_TAG].hex()}, expected 01")
+        assert isinstance(event, RemoteLogSegmentMetadataUpdate)
+        if event.state not in _DELETE_STATES:
+            raise _tag_error(COPY_FINISHED_TAG, f"is set on an update to {event.state}")
+        if add is None:
+            raise _tag_error(COPY_FINISHED_TAG, "is set on an update without SegmentAddRecord")
         copy_finished = True
     if isinstance(event, RemoteLogSegmentMetadataUpdate) and (add is None) != (end is None):
         raise MetadataRecordError(
