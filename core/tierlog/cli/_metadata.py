@@ -1,5 +1,7 @@
-"""``tierlog metadata``: decode, encode and place ``__remote_log_metadata`` records, and dump a
-metadata topic of a Kafka cluster (``dump``, in ``tierlog.cli._metadata_dump``).
+"""``tierlog metadata``: decode, encode and place ``__remote_log_metadata`` records, dump a
+metadata topic of a Kafka cluster (``dump``, in ``tierlog.cli._metadata_dump``), and migrate a
+legacy metadata topic to the compacted RLMM's keyed projection (``migrate``: the arguments here,
+the work in the ``tierlog-rlmm-compacted`` plugin, imported when the command runs).
 
 ``decode`` prints exactly what ``encode`` takes, so ``tierlog metadata decode HEX |
 tierlog metadata encode -`` gives back ``HEX``.
@@ -8,19 +10,30 @@ tierlog metadata encode -`` gives back ``HEX``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import string
 import sys
 from typing import Any
 
-from tierlog.cli._metadata_dump import add_dump_parser
-from tierlog.spi import InvalidArgumentError, MetadataRecordError, TopicIdPartition, Uuid
+from tierlog.cli._metadata_dump import DEFAULT_TIMEOUT_S, _positive_seconds, add_dump_parser
+from tierlog.spi import (
+    InvalidArgumentError,
+    MetadataRecordError,
+    TierlogError,
+    TopicIdPartition,
+    Uuid,
+)
 
 INT32_MAX = 2**31 - 1
 _HEX_DIGITS = frozenset(string.hexdigits)
 
 DEFAULT_METADATA_PARTITIONS = 50
 """Kafka's default ``remote.log.metadata.topic.num.partitions``."""
+MISSING_COMPACTED_PLUGIN = (
+    "tierlog metadata migrate needs the compacted RLMM plugin (tierlog-rlmm-compacted): "
+    "pip install plugins/rlmm_compacted"
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -88,6 +101,88 @@ def add_parser(commands: Any) -> None:
     partition.set_defaults(handler=run_partition)
 
     add_dump_parser(sub)
+    add_migrate_parser(sub)
+
+
+def add_migrate_parser(sub: Any) -> None:
+    """Add ``migrate`` to the ``tierlog metadata`` subcommands."""
+    migrate = sub.add_parser(
+        "migrate",
+        help="convert a legacy metadata topic into the compacted RLMM's keyed projection",
+        description="Read a remote log metadata topic written by Kafka's "
+        "TopicBasedRemoteLogMetadataManager (or tierlog's topic RLMM), write in one transaction "
+        "per partition the keyed values that describe every live segment and partition delete "
+        "marker (and a copy of each legacy record into the audit topic), verify that a reader "
+        "of the keyed records alone, after compaction, sees the same segments, offsets and "
+        "states, then set the topic's compaction configs. Safe to run again after an "
+        "interruption: it writes only what is missing. Refused while a Kafka broker's RLMM "
+        "reads the topic. Exit status: 0 migrated (or already migrated), 1 verification "
+        "failed (nothing switched), 2 refused, usage error or cluster unreachable.",
+    )
+    migrate.add_argument(
+        "--bootstrap-servers",
+        required=True,
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="the Kafka cluster's bootstrap servers",
+    )
+    migrate.add_argument(
+        "--topic",
+        default="__remote_log_metadata",
+        metavar="NAME",
+        help="the metadata topic to migrate (default __remote_log_metadata)",
+    )
+    audit = migrate.add_mutually_exclusive_group()
+    audit.add_argument(
+        "--audit-topic",
+        default="__remote_log_metadata_audit",
+        metavar="NAME",
+        help="where the legacy records are copied, created if absent (default "
+        "__remote_log_metadata_audit; the compacted RLMM's remote.log.metadata.audit.topic.name)",
+    )
+    audit.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="copy nothing to an audit topic (remote.log.metadata.audit.enable=false)",
+    )
+    migrate.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a config of the compacted topic, over the defaults (cleanup.policy=compact, "
+        "min.cleanable.dirty.ratio=0.1, delete.retention.ms=86400000, segment.ms=3600000); "
+        "repeatable; as remote.log.metadata.topic.config.NAME of the compacted RLMM",
+    )
+    migrate.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties as for Kafka's tools (see `tierlog metadata dump --help`)",
+    )
+    migrate.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up when the cluster does not answer, or a read makes no progress, for this "
+        f"long (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    migrate.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="read, plan and check only: write nothing, set no config",
+    )
+    migrate.set_defaults(handler=run_migrate)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    # By name: tierlog does not depend on its plugins (nor does its type check).
+    try:
+        module = importlib.import_module("tierlog_rlmm_compacted.migration")
+    except ImportError as exc:
+        if exc.name is not None and exc.name.split(".")[0] == "tierlog_rlmm_compacted":
+            raise TierlogError(MISSING_COMPACTED_PLUGIN) from None
+        raise
+    return int(module.run_migrate(args))
 
 
 def _read_argument(value: str) -> str:

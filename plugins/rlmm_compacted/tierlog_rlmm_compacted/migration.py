@@ -1,0 +1,1020 @@
+"""``tierlog metadata migrate``: turn a legacy ``__remote_log_metadata`` into the keyed projection.
+
+A cluster that ran Kafka's TopicBasedRemoteLogMetadataManager (or tierlog's ``topic`` RLMM) has
+a metadata topic of null-key records: the whole history, replayed by every reader. The
+compacted RLMM reads the same topic, keyed. Migrating writes, next to the history, the keyed
+values that describe every live segment and partition-delete marker, checks that a reader of
+the keyed records alone (what is left once Kafka's log cleaner compacted the topic) sees what a
+reader of the history sees, and only then sets the topic's compaction configs (level 1: from
+then on tombstones are written and the cleaner removes the history).
+
+The passes, each over every partition of the topic up to the end offsets captured when the pass
+starts, with the ``tierlog metadata dump`` reader (``tierlog.cli._metadata_dump``: client
+configuration, timeouts, stalls), reading committed records only:
+
+1. **Plan.** Each metadata partition's records go into a ``ProjectionApplier`` (null-key records
+   applied as the topic RLMM applies them, keyed ones as the compacted RLMM does) and, for the
+   reference, into a legacy ``StoreApplier`` (values only, keys ignored: what a Kafka broker's
+   RLMM sees). For every live segment whose latest keyed value does not describe its current
+   state, ``ProjectionApplier.plan_write`` gives the keyed value (an add for
+   COPY_SEGMENT_STARTED, an update otherwise; the broker leader epoch is the fallback, the
+   legacy records carry none); for every partition with a delete marker, the marker. Failed
+   uploads (COPY_SEGMENT_STARTED) are planned after the other segments, so that one sharing a
+   key with a finished retry moves to a free key instead of being superseded. Each planned
+   value is applied at once (the next plan sees it), and the partition's plan is checked as
+   step 3 checks the topic: a plan that would not verify is never written.
+2. **Write.** Per metadata partition, one transaction: the planned values, and with the audit
+   enabled a copy of every null-key record of the partition into the same partition of the
+   audit topic (null key, the original bytes, a header ``tierlog.migrated.offset=<offset>``),
+   except the offsets an earlier run copied (read from those headers). The planned values of a
+   partition an earlier run completed are already described, so a run interrupted anywhere and
+   run again writes exactly what is missing. The transactional id is the topic's
+   (``tierlog-metadata-migrate-<topic>``): a second migration of the same topic fences the
+   first.
+3. **Verify.** The topic read again: per user partition, the reference (the legacy way, or on
+   a topic already at level 1, the compacted RLMM's way: a legacy replay of a compacted topic
+   means nothing) against the state a reader gets from the keyed records alone after
+   compaction (latest value per key, null keys dropped, tombstones removed), compared with
+   ``state.logical_state``. The only difference allowed is a COPY_SEGMENT_STARTED upload
+   superseded under its key (seed scenario 3). Any other (a legacy writer still writing, for
+   instance) fails the migration, naming the partitions and the differences; nothing is
+   switched.
+4. **Switch.** ``topics.enable_compaction`` sets level 1 (the compaction defaults under
+   ``--topic-config`` overrides), unless ``--dry-run``.
+
+``--dry-run`` reads and plans (pass 1, its check included) and writes nothing. Before anything,
+the migration is refused while a Kafka broker's TopicBasedRemoteLogMetadataManager reads the
+topic (``topics.kafka_readers``): it would stop at the first tombstone. tierlog nodes running
+the ``topic`` RLMM cannot be seen from the cluster; stopping them (or switching them to
+``compacted``) is the operator's step, and a ``topic`` RLMM refuses a compacted topic anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, TextIO, cast
+
+from tierlog_rlmm_topic.applier import DecodedEvent, StoreApplier
+from tierlog_rlmm_topic.client_factory import close_client
+
+from tierlog.cli._metadata_dump import (
+    LinePrinter,
+    Selection,
+    _ClientLog,
+    _consumer_config,
+    _Dump,
+    _error_text,
+    _load_client,
+    _Unreachable,
+    client_config,
+)
+from tierlog.metadata import RemotePartitionMetadataStore, metadata_partition, serde
+from tierlog.progress import Progress
+from tierlog.spi import (
+    InvalidArgumentError,
+    MetadataRecordError,
+    RemoteLogMetadata,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    TierlogError,
+    TopicIdPartition,
+    Uuid,
+)
+from tierlog_rlmm_compacted.config import (
+    AUDIT_ENABLE,
+    AUDIT_TOPIC_NAME,
+    DEFAULT_AUDIT_TOPIC_NAME,
+    TOPIC_CONFIG_PREFIX,
+    CompactedRlmmConfig,
+)
+from tierlog_rlmm_compacted.keys import MetadataKey
+from tierlog_rlmm_compacted.projection import PlannedWrite, ProjectionApplier
+from tierlog_rlmm_compacted.state import PartitionState, diff, logical_state
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer  # type: ignore[import-not-found, unused-ignore]
+
+__all__ = [
+    "AUDIT_OFFSET_HEADER",
+    "MigrationOptions",
+    "MigrationRefusedError",
+    "MigrationReport",
+    "migrate",
+    "parse_topic_configs",
+    "run_migrate",
+]
+
+_LOG = logging.getLogger(__name__)
+
+AUDIT_OFFSET_HEADER: Final = "tierlog.migrated.offset"
+"""Header of an audit copy: the offset of the legacy record it copies, in decimal."""
+DEFAULT_TOPIC: Final = "__remote_log_metadata"
+TRANSACTIONAL_ID_PREFIX: Final = "tierlog-metadata-migrate-"
+_GROUP: Final = "tierlog-metadata-migrate"
+_TXN_ATTEMPTS: Final = 3
+
+S = RemoteLogSegmentState
+
+
+class MigrationRefusedError(TierlogError):
+    """The topic cannot be migrated now (a Kafka broker's RLMM reads it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationOptions:
+    """What ``tierlog metadata migrate`` was asked (see the command's help)."""
+
+    bootstrap_servers: str
+    topic: str = DEFAULT_TOPIC
+    audit_topic: str | None = DEFAULT_AUDIT_TOPIC_NAME
+    """None: no audit copies (``--no-audit``)."""
+    topic_configs: Mapping[str, str] = field(default_factory=dict)
+    """``--topic-config`` overrides of the level-1 configs."""
+    command_config: str | None = None
+    """Kafka client properties file (security), as for ``tierlog metadata dump``."""
+    timeout_s: float = 30.0
+    dry_run: bool = False
+
+
+@dataclass
+class MigrationReport:
+    """What a run read, wrote and found."""
+
+    topic: str
+    partitions: int = 0
+    level_before: int = 0
+    records_read: int = 0
+    legacy_records: int = 0
+    keyed_records: int = 0
+    tombstones: int = 0
+    user_partitions: int = 0
+    deleted_partitions: int = 0
+    live_segments: int = 0
+    keyed_written: int = 0
+    """Keyed values written (planned, with ``dry_run``), delete markers included."""
+    markers_written: int = 0
+    audit_copied: int = 0
+    audit_topic: str | None = None
+    transactions: int = 0
+    superseded: int = 0
+    """COPY_SEGMENT_STARTED uploads superseded under their key (the allowed difference)."""
+    restated: int = 0
+    """Events the caches dropped as restating a segment's current state (the keyed values
+    written beside the legacy records do that by design)."""
+    failures: dict[TopicIdPartition, list[str]] = field(default_factory=dict)
+    checked: str = "plan"
+    """What the last check compared: ``plan`` (pass 1) or ``topic`` (pass 3)."""
+    configs_set: dict[str, str] | None = None
+    dry_run: bool = False
+
+    @property
+    def verified(self) -> bool:
+        return not self.failures
+
+    @property
+    def already_migrated(self) -> bool:
+        """The topic was at level 1 and nothing was missing."""
+        return (
+            self.level_before == 1
+            and self.verified
+            and self.keyed_written == 0
+            and self.audit_copied == 0
+        )
+
+
+# Reading: the dump command's reader ------------------------------------------------------------
+Handler = Callable[[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]], None]
+"""``handle(offset, key, value, headers)`` of one record."""
+
+
+class _Sink(LinePrinter):
+    """The dump reader's printer, turned into a record handler: it prints nothing."""
+
+    def __init__(self, tap: _HeaderTap) -> None:
+        super().__init__("kafka", Selection(), sys.stderr)
+        self._tap = tap
+        self.handle: Handler | None = None
+
+    def line(
+        self, partition: int, offset: int, key: bytes | None, value: bytes | None
+    ) -> str | None:
+        assert self.handle is not None
+        self.handle(offset, key, value, self._tap.headers.get(offset, ()))
+        return None
+
+    def write(self, lines: Sequence[str]) -> None:
+        pass
+
+
+class _HeaderTap:
+    """The consumer as the dump reader uses it, remembering the headers of the last batch (the
+    reader hands its printer keys and values only)."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.headers: dict[int, Sequence[tuple[str, bytes | None]]] = {}
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        messages = self._consumer.consume(num_messages, timeout=timeout)
+        self.headers = {}
+        for message in messages:
+            offset = message.offset()
+            if message.error() is None and offset is not None:
+                self.headers[offset] = message.headers() or ()
+        return cast(list[Any], messages)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+class _TopicReader:
+    """One topic read partition by partition from its beginning, committed records only."""
+
+    def __init__(self, options: MigrationOptions, kafka: Any, topic: str) -> None:
+        errors = kafka.KafkaError
+        self.client_log = _ClientLog(
+            frozenset({errors._AUTHENTICATION, errors.SASL_AUTHENTICATION_FAILED})
+        )
+        self.args = argparse.Namespace(
+            bootstrap_servers=options.bootstrap_servers,
+            topic=topic,
+            timeout=options.timeout_s,
+            command_config=options.command_config,
+        )
+        config = _consumer_config(self.args, self.client_log)
+        config["isolation.level"] = "read_committed"  # an aborted write is no write
+        config["group.id"] = _GROUP
+        if config.get("client.id") == "tierlog-metadata-dump":  # the dump's default
+            config["client.id"] = _GROUP
+        try:
+            self.consumer = kafka.Consumer(config)
+        except (kafka.KafkaException, ValueError) as exc:
+            raise TierlogError(f"invalid client configuration: {_error_text(exc)}") from None
+        self.tap = _HeaderTap(self.consumer)
+        self.sink = _Sink(self.tap)
+        self.dump = _Dump(self.args, cast("Consumer", self.tap), kafka, self.sink, self.client_log)
+
+    def partition_count(self) -> int:
+        return self.dump.partition_count()
+
+    def ends(self, count: int) -> dict[int, int]:
+        """The end offset of every partition, now (0 for an empty one). Asked again for up to
+        the timeout: a topic created a moment ago answers "not leader" for a while."""
+        deadline = time.monotonic() + self.args.timeout
+        while True:
+            try:
+                marks = self.dump.watermarks(list(range(count)))
+                return {p: high if high > low else 0 for p, (low, high) in marks.items()}
+            except TierlogError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
+    def read(self, partition: int, end: int, handle: Handler, progress: Progress | None) -> None:
+        """Every committed record of ``partition`` below ``end`` to ``handle``, in order."""
+        if end <= 0:
+            return
+        self.sink.handle = handle
+        self.dump.read_partition(partition, end, progress)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@contextlib.contextmanager
+def _unreachable_as_error(options: MigrationOptions, reader: _TopicReader) -> Iterator[None]:
+    try:
+        yield
+    except _Unreachable as exc:
+        last = reader.client_log.last_problem
+        raise TierlogError(
+            f"no answer from the Kafka cluster at {options.bootstrap_servers} within "
+            f"{options.timeout_s:g} s ({exc}" + (f"; {last})" if last else ")")
+        ) from None
+
+
+class _RestatedStates(logging.Filter):
+    """Counts (and keeps out of the log) the caches' "can not be transitioned" errors for an
+    event that restates a segment's current state: a keyed value written beside the legacy
+    record it describes does exactly that, once per live segment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and "can not be transitioned" in str(record.msg):
+            args = record.args if isinstance(record.args, tuple) else ()
+            if len(args) >= 2 and args[0] == args[1]:
+                self.dropped += 1
+                return False
+        return True
+
+
+@contextlib.contextmanager
+def _restated_states() -> Iterator[_RestatedStates]:
+    logger = logging.getLogger("tierlog.metadata.cache")
+    restated = _RestatedStates()
+    logger.addFilter(restated)
+    try:
+        yield restated
+    finally:
+        logger.removeFilter(restated)
+
+
+# One metadata partition -------------------------------------------------------------------------
+class _Scan:
+    """One metadata partition read from its beginning: the reference, the projection and the
+    latest keyed value of each key."""
+
+    def __init__(self, topic: str, partition: int, count: int, *, legacy: bool) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.count = count
+        self.projection = ProjectionApplier(RemotePartitionMetadataStore())
+        self.legacy = StoreApplier(RemotePartitionMetadataStore()) if legacy else None
+        self.latest: dict[bytes, bytes | None] = {}
+        self.tips: dict[TopicIdPartition, None] = {}
+        self.deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
+        self.legacy_offsets: list[int] = []
+        self.records = self.keyed = self.tombstones = self.misplaced = self.markers = 0
+
+    def add(
+        self,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        _headers: Sequence[tuple[str, bytes | None]] = (),
+    ) -> None:
+        self.records += 1
+        where = f"{self.topic} partition {self.partition}, offset {offset}"
+        if key is None:
+            if value is None:
+                raise MetadataRecordError(f"{where}: a record with neither key nor value")
+            self.legacy_offsets.append(offset)
+        else:
+            self.latest.pop(key, None)
+            self.latest[key] = value
+            if value is None:
+                self.tombstones += 1
+            else:
+                self.keyed += 1
+        try:
+            decoded = self.projection.decode(key, value)
+            plain = None if value is None else serde.deserialize(value)
+        except MetadataRecordError as exc:
+            raise MetadataRecordError(f"{where}: {exc}") from None
+        tip = decoded.topic_id_partition
+        if tip is None:
+            return  # a snapshot record (apiKey 3): no user partition
+        if value is not None and tip not in self.tips:
+            if metadata_partition(tip, self.count) != self.partition:
+                # Readers of ``tip`` never read this partition: nor does the migration.
+                self.misplaced += 1
+                return
+            self.load(tip)
+        self.projection.apply(decoded)
+        if isinstance(plain, RemoteLogMetadata):
+            if self.legacy is not None:
+                self.legacy.apply(DecodedEvent(tip, plain))
+            if isinstance(plain, RemotePartitionDeleteMetadata):
+                self.deletes[tip] = plain
+
+    def load(self, tip: TopicIdPartition) -> None:
+        self.tips[tip] = None
+        self.projection.load(tip)
+        if self.legacy is not None:
+            self.legacy.load(tip)
+
+    def finish(self) -> None:
+        for tip in self.tips:
+            self.projection.mark_initialized(tip)
+            if self.legacy is not None:
+                self.legacy.mark_initialized(tip)
+
+    def reference(self) -> dict[TopicIdPartition, PartitionState]:
+        store = self.legacy.store if self.legacy is not None else self.projection.store
+        return {tip: logical_state(store, tip) for tip in self.tips}
+
+    # Planning ----------------------------------------------------------------------------------
+    def plan(self) -> list[PlannedWrite]:
+        """The keyed values missing for the partition's current state, applied as planned."""
+        writes: list[PlannedWrite] = []
+        for tip in self.tips:
+            entries = self.projection.keys(tip).values()
+            described = {(e.segment_id, e.state) for e in entries}
+            if not self.projection.is_deleted(tip):
+                segments = sorted(
+                    self.projection.store.list_remote_log_segments(tip),
+                    key=lambda s: (
+                        s.state is S.COPY_SEGMENT_STARTED,
+                        s.start_offset,
+                        s.end_offset,
+                        str(s.remote_log_segment_id.id),
+                    ),
+                )
+                for segment in segments:
+                    if (segment.remote_log_segment_id, segment.state) in described:
+                        continue
+                    writes.append(self._write(_event_of(segment)))
+            delete = self.deletes.get(tip)
+            if delete is not None and (None, delete.state) not in described:
+                writes.append(self._write(delete))
+                self.markers += 1
+        return writes
+
+    def _write(self, event: RemoteLogMetadata) -> PlannedWrite:
+        planned = self.projection.plan_write(event, tombstones=False)
+        key = planned.key.encode()
+        self.projection.apply(self.projection.decode(key, planned.value))
+        self.latest.pop(key, None)
+        self.latest[key] = planned.value
+        return planned
+
+    # Checking ----------------------------------------------------------------------------------
+    def compacted(self) -> tuple[ProjectionApplier, dict[TopicIdPartition, PartitionState]]:
+        """A fresh reader of the keyed records alone, as compaction leaves them."""
+        reader = ProjectionApplier(RemotePartitionMetadataStore())
+        for tip in self.tips:
+            reader.load(tip)
+        for key, value in self.latest.items():
+            if value is not None:
+                reader.apply(reader.decode(key, value))
+        for tip in self.tips:
+            reader.mark_initialized(tip)
+        return reader, {tip: logical_state(reader.store, tip) for tip in self.tips}
+
+    def check(self, report: MigrationReport) -> None:
+        """Compare the reference with the compacted reader; differences into ``report``."""
+        reference = self.reference()
+        reader, compacted = self.compacted()
+        for tip, expected in reference.items():
+            got = compacted[tip]
+            superseded = _superseded(expected, got, reader.keys(tip))
+            report.superseded += len(superseded)
+            differences = diff(expected.without(superseded), got)
+            if differences:
+                report.failures[tip] = differences
+
+
+def _event_of(segment: RemoteLogSegmentMetadata) -> RemoteLogMetadata:
+    """The event that publishes ``segment``'s current state."""
+    if segment.state is S.COPY_SEGMENT_STARTED:
+        return segment
+    return RemoteLogSegmentMetadataUpdate(
+        segment.remote_log_segment_id,
+        segment.event_timestamp_ms,
+        segment.custom_metadata,
+        segment.state,
+        segment.broker_id,
+    )
+
+
+def _superseded(
+    expected: PartitionState, got: PartitionState, keys: Mapping[MetadataKey, Any]
+) -> set[Uuid]:
+    """The uploads of ``expected`` that ``got`` lacks because a retry took their key: still
+    COPY_SEGMENT_STARTED, and a key of their end offset describes another segment."""
+    present = got.segment_ids
+    out: set[Uuid] = set()
+    for segment in expected.segments:
+        segment_id = segment.remote_log_segment_id
+        if segment.state is not S.COPY_SEGMENT_STARTED or segment_id.id in present:
+            continue
+        if any(
+            key.end_offset == segment.end_offset
+            and entry.segment_id is not None
+            and entry.segment_id != segment_id
+            for key, entry in keys.items()
+        ):
+            out.add(segment_id.id)
+    return out
+
+
+# Writing ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Out:
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class _Transactions:
+    """The migration's transactional producer: one transaction per call of ``write``."""
+
+    def __init__(self, kafka: Any, config: dict[str, Any], timeout_s: float) -> None:
+        self._kafka = kafka
+        self._timeout = timeout_s
+        self._id = config["transactional.id"]
+        try:
+            self._producer = kafka.Producer(config)
+        except (kafka.KafkaException, ValueError) as exc:
+            raise TierlogError(f"invalid client configuration: {_error_text(exc)}") from None
+        try:
+            self._producer.init_transactions(timeout_s)
+        except kafka.KafkaException as exc:
+            raise TierlogError(
+                f"cannot start the migration's transactional producer ({self._id}) within "
+                f"{timeout_s:g} s: {_error_text(exc)}"
+            ) from None
+
+    def write(self, records: Sequence[_Out]) -> None:
+        """Produce ``records`` in one transaction and commit it; retried when the broker asks
+        to abort (nothing of an aborted attempt is visible to a read_committed reader)."""
+        kafka = self._kafka
+        for attempt in range(1, _TXN_ATTEMPTS + 1):
+            try:
+                self._producer.begin_transaction()
+                for record in records:
+                    self._produce(record)
+                self._commit()
+                return
+            except kafka.KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if error is None or not error.txn_requires_abort() or attempt == _TXN_ATTEMPTS:
+                    raise TierlogError(self._failure(exc)) from None
+                _LOG.warning("transaction %s aborted (%s): retrying", self._id, _error_text(exc))
+                self._producer.abort_transaction(self._timeout)
+
+    def _produce(self, record: _Out) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    record.topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=record.partition,
+                    headers=list(record.headers) or None,
+                )
+                return
+            except BufferError:  # librdkafka's queue is full: let it drain
+                self._producer.poll(0.1)
+
+    def _commit(self) -> None:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                self._producer.commit_transaction(self._timeout)
+                return
+            except self._kafka.KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if error is None or not error.retriable() or time.monotonic() > deadline:
+                    raise
+                _LOG.info("committing transaction %s: %s; retrying", self._id, _error_text(exc))
+
+    def _failure(self, exc: BaseException) -> str:
+        error = exc.args[0] if exc.args else None
+        text = _error_text(exc)
+        if error is not None and error.fatal():
+            return (
+                f"the migration's transactional producer ({self._id}) failed for good: {text}; "
+                "is another `tierlog metadata migrate` of this topic running? Run it again once "
+                "that one is done: it writes only what is missing"
+            )
+        return f"the migration's transaction ({self._id}) failed: {text}; run it again"
+
+    def close(self) -> None:
+        self._producer.flush(self._timeout)
+        close_client(self._producer)
+
+
+# The run ----------------------------------------------------------------------------------------
+def parse_topic_configs(items: Sequence[str]) -> dict[str, str]:
+    """``--topic-config k=v`` items as a mapping; ``InvalidArgumentError`` for a malformed one."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise InvalidArgumentError(
+                f"--topic-config {item!r}: expected NAME=VALUE, e.g. min.cleanable.dirty.ratio=0.2"
+            )
+        out[name.strip()] = value.strip()
+    return out
+
+
+class _Migration:
+    """One run: clients, passes, report."""
+
+    def __init__(
+        self,
+        options: MigrationOptions,
+        *,
+        err: TextIO,
+        after_transaction: Callable[[int], None] | None,
+    ) -> None:
+        self.options = options
+        self.err = err
+        self.after_transaction = after_transaction
+        self.kafka = _load_client()
+        self.report = MigrationReport(options.topic, dry_run=options.dry_run)
+        self.client_log = _ClientLog()
+        self.client: dict[str, Any] = {"bootstrap.servers": options.bootstrap_servers}
+        if options.command_config:
+            from tierlog.properties import load_properties
+
+            self.client.update(
+                client_config(
+                    load_properties(options.command_config), source=options.command_config
+                )
+            )
+        from confluent_kafka.admin import AdminClient
+
+        # librdkafka's log lines go to this module's logger (``tierlog -vv`` shows them).
+        self.client["logger"] = self.client_log
+        self.admin = AdminClient(dict(self.client))
+
+    def close(self) -> None:
+        close_client(self.admin)
+
+    def run(self) -> MigrationReport:
+        from tierlog_rlmm_compacted.topics import kafka_readers, read_level
+
+        options, report = self.options, self.report
+        timeout = options.timeout_s
+        with self._admin_errors("ask the brokers whether Kafka's RLMM reads the topic"):
+            readers = kafka_readers(self.admin, options.topic, timeout)
+        if readers:
+            raise MigrationRefusedError(_refusal(options.topic, readers))
+        reader = _TopicReader(options, self.kafka, options.topic)
+        with (
+            _restated_states() as restated,
+            contextlib.ExitStack() as stack,
+            self._admin_errors(f"describe {options.topic}"),
+        ):
+            stack.callback(reader.close)
+            with _unreachable_as_error(options, reader):
+                count = reader.partition_count()
+            report.partitions = count
+            report.level_before = read_level(self.admin, options.topic, timeout)
+            config = self._config(count)
+            plans = self._plan(reader, count)
+            if report.failures:
+                report.restated = restated.dropped
+                return report
+            self._write(reader, count, plans, config)
+            if not options.dry_run:
+                self._verify(reader, count)
+                if report.verified:
+                    self._switch(config)
+            report.restated = restated.dropped
+        if report.restated:
+            _LOG.info(
+                "%d event(s) restated a segment's current state (the keyed values beside the "
+                "legacy records they describe): dropped by the caches, as Kafka's cache does",
+                report.restated,
+            )
+        return report
+
+    @contextlib.contextmanager
+    def _admin_errors(self, what: str) -> Iterator[None]:
+        """A ``KafkaException`` of an admin request as a ``TierlogError`` saying ``what``."""
+        try:
+            yield
+        except self.kafka.KafkaException as exc:
+            raise TierlogError(
+                f"cannot {what} at {self.options.bootstrap_servers}: {_error_text(exc)}"
+            ) from None
+
+    # Configuration -----------------------------------------------------------------------------
+    def _config(self, count: int) -> CompactedRlmmConfig:
+        """The compacted RLMM's configuration of this topic, for its topic configs."""
+        from tierlog_rlmm_topic.topic import describe_topic_configs
+
+        options = self.options
+        metadata = self.admin.list_topics(topic=options.topic, timeout=options.timeout_s)
+        partitions = metadata.topics[options.topic].partitions
+        replicas = max((len(p.replicas) for p in partitions.values()), default=1)
+        described = describe_topic_configs(self.admin, options.topic, options.timeout_s)
+        configs = {
+            "remote.log.metadata.common.client.bootstrap.servers": options.bootstrap_servers,
+            "remote.log.metadata.topic.name": options.topic,
+            "remote.log.metadata.topic.num.partitions": str(count),
+            "remote.log.metadata.topic.replication.factor": str(replicas),
+            "remote.log.metadata.topic.min.isr": described.get("min.insync.replicas", "1"),
+            "remote.log.metadata.initialization.retry.max.timeout.ms": str(
+                int(options.timeout_s * 1000)
+            ),
+            AUDIT_ENABLE: "false" if options.audit_topic is None else "true",
+            "node.id": "0",
+        }
+        if options.audit_topic is not None:
+            configs[AUDIT_TOPIC_NAME] = options.audit_topic
+        for name, value in options.topic_configs.items():
+            configs[TOPIC_CONFIG_PREFIX + name] = value
+        return CompactedRlmmConfig.from_configs(configs)
+
+    # Pass 1 ------------------------------------------------------------------------------------
+    def _progress(self, what: str, total: int) -> Progress:
+        return Progress(
+            f"{what} {self.options.topic}", max(total, 1), unit="records", file=self.err
+        )
+
+    def _plan(self, reader: _TopicReader, count: int) -> dict[int, list[PlannedWrite]]:
+        report = self.report
+        ends = reader.ends(count)
+        legacy = report.level_before == 0
+        plans: dict[int, list[PlannedWrite]] = {}
+        with self._progress("migrate: reading", sum(ends.values())) as progress:
+            for partition in range(count):
+                scan = _Scan(self.options.topic, partition, count, legacy=legacy)
+                reader.read(partition, ends[partition], scan.add, progress)
+                scan.finish()
+                plans[partition] = scan.plan()
+                scan.check(report)
+                self._count(scan, plans[partition])
+        self.ends = ends
+        return plans
+
+    def _count(self, scan: _Scan, plan: Sequence[PlannedWrite]) -> None:
+        report = self.report
+        report.records_read += scan.records
+        report.legacy_records += len(scan.legacy_offsets)
+        report.keyed_records += scan.keyed
+        report.tombstones += scan.tombstones
+        report.user_partitions += len(scan.tips)
+        for tip in scan.tips:
+            if scan.projection.is_deleted(tip):
+                report.deleted_partitions += 1
+            else:
+                report.live_segments += sum(
+                    1 for _ in scan.projection.store.list_remote_log_segments(tip)
+                )
+        report.keyed_written += len(plan)
+        report.markers_written += scan.markers
+        if scan.misplaced:
+            _LOG.warning(
+                "%s partition %d holds %d record(s) of user partitions that belong to other "
+                "partitions (Kafka's partitioner over %d partitions): no reader reads them there; "
+                "they were left out",
+                scan.topic,
+                scan.partition,
+                scan.misplaced,
+                scan.count,
+            )
+
+    # Pass 2 ------------------------------------------------------------------------------------
+    def _write(
+        self,
+        reader: _TopicReader,
+        count: int,
+        plans: Mapping[int, Sequence[PlannedWrite]],
+        config: CompactedRlmmConfig,
+    ) -> None:
+        """Pass 2 (with ``dry_run``: what it would write, counted)."""
+        options, report = self.options, self.report
+        dry = options.dry_run
+        audit = options.audit_topic
+        audit_reader = None
+        if audit is not None:
+            report.audit_topic = audit
+            existed = self._exists(audit)
+            if not dry:
+                self._ensure_audit(config)
+            if existed:  # else nothing was copied yet
+                audit_reader = _TopicReader(options, self.kafka, audit)
+        producer: _Transactions | None = None
+        try:
+            for partition in range(count):
+                records = [
+                    _Out(options.topic, partition, w.key.encode(), w.value)
+                    for w in plans[partition]
+                ]
+                if audit is not None:
+                    records += self._audit_copies(reader, audit_reader, audit, partition)
+                if not records:
+                    continue
+                if dry:
+                    report.transactions += 1
+                    continue
+                if producer is None:
+                    producer = self._producer()
+                producer.write(records)
+                report.transactions += 1
+                if self.after_transaction is not None:
+                    self.after_transaction(partition)
+        finally:
+            if producer is not None:
+                producer.close()
+            if audit_reader is not None:
+                audit_reader.close()
+
+    def _producer(self) -> _Transactions:
+        config: dict[str, Any] = dict(self.client)
+        config.update(
+            {
+                "transactional.id": TRANSACTIONAL_ID_PREFIX + self.options.topic,
+                "enable.idempotence": True,
+                "acks": "all",
+                "client.id": _GROUP,
+                "linger.ms": 5,
+            }
+        )
+        return _Transactions(self.kafka, config, self.options.timeout_s)
+
+    def _ensure_audit(self, config: CompactedRlmmConfig) -> None:
+        """Create the audit topic if absent, or check it (partition count, not compacted)."""
+        from tierlog_rlmm_compacted.topics import ensure_topics
+
+        ensure_topics(self.admin, config)
+
+    def _exists(self, topic: str) -> bool:
+        metadata = self.admin.list_topics(topic=topic, timeout=self.options.timeout_s)
+        described = metadata.topics.get(topic)
+        return described is not None and described.error is None
+
+    def _audit_copies(
+        self,
+        reader: _TopicReader,
+        audit_reader: _TopicReader | None,
+        audit: str,
+        partition: int,
+    ) -> list[_Out]:
+        """The audit copies of the partition's null-key records not yet copied (all of them
+        when there is no audit topic yet)."""
+        end = self.ends[partition]
+        if end <= 0:
+            return []
+        copied: set[int] = set()
+
+        def seen(
+            offset: int,
+            key: bytes | None,
+            value: bytes | None,
+            headers: Sequence[tuple[str, bytes | None]],
+        ) -> None:
+            for name, data in headers:
+                if name == AUDIT_OFFSET_HEADER and data is not None:
+                    with contextlib.suppress(ValueError):
+                        copied.add(int(data.decode("ascii")))
+
+        if audit_reader is not None:
+            audit_end = audit_reader.ends(self.report.partitions)[partition]
+            audit_reader.read(partition, audit_end, seen, None)
+        copies: list[_Out] = []
+
+        def copy(
+            offset: int,
+            key: bytes | None,
+            value: bytes | None,
+            headers: Sequence[tuple[str, bytes | None]],
+        ) -> None:
+            if key is None and value is not None and offset not in copied:
+                header = (AUDIT_OFFSET_HEADER, str(offset).encode("ascii"))
+                copies.append(_Out(audit, partition, None, value, (header,)))
+
+        reader.read(partition, end, copy, None)
+        self.report.audit_copied += len(copies)
+        return copies
+
+    # Pass 3 ------------------------------------------------------------------------------------
+    def _verify(self, reader: _TopicReader, count: int) -> None:
+        report = self.report
+        ends = reader.ends(count)
+        legacy = report.level_before == 0
+        with self._progress("migrate: verifying", sum(ends.values())) as progress:
+            report.superseded = 0
+            report.checked = "topic"
+            for partition in range(count):
+                scan = _Scan(self.options.topic, partition, count, legacy=legacy)
+                reader.read(partition, ends[partition], scan.add, progress)
+                scan.finish()
+                scan.check(report)
+
+    # Step 4 ------------------------------------------------------------------------------------
+    def _switch(self, config: CompactedRlmmConfig) -> None:
+        """Level 1, unless the topic is at level 1 already (the switch is forward-only: its
+        settings are the operator's from then on)."""
+        from tierlog_rlmm_compacted.topics import enable_compaction
+
+        if self.report.level_before == 1:
+            return
+        enable_compaction(self.admin, config, timeout=self.options.timeout_s)
+        self.report.configs_set = config.compaction_settings()
+
+
+def _refusal(topic: str, brokers: Sequence[int]) -> str:
+    ids = ", ".join(str(b) for b in sorted(brokers))
+    return (
+        f"cannot migrate {topic}: broker(s) {ids} run Kafka's "
+        "TopicBasedRemoteLogMetadataManager on it (remote.log.storage.system.enable=true), which "
+        "stops at the first tombstone a compacted topic holds. Move those brokers off Kafka's "
+        "RLMM first (remote.log.metadata.manager.class.name, or tiered storage off, then a "
+        "restart), and stop or switch to the `compacted` RLMM every tierlog node still running "
+        "the `topic` RLMM (the cluster cannot show those); then run the migration again"
+    )
+
+
+def migrate(
+    options: MigrationOptions,
+    *,
+    err: TextIO | None = None,
+    after_transaction: Callable[[int], None] | None = None,
+) -> MigrationReport:
+    """Migrate ``options.topic`` (see the module docstring) and say what happened.
+
+    ``after_transaction(partition)`` is called after each committed transaction (tests
+    interrupt a run with it). Raises ``MigrationRefusedError`` while a Kafka RLMM reads the
+    topic, ``TierlogError`` for a cluster that does not answer or a failed transaction; a
+    failed verification is in the report (``verified``), not raised."""
+    migration = _Migration(
+        options, err=err if err is not None else sys.stderr, after_transaction=after_transaction
+    )
+    try:
+        return migration.run()
+    finally:
+        migration.close()
+
+
+# The command ------------------------------------------------------------------------------------
+def print_report(report: MigrationReport, out: TextIO, err: TextIO) -> int:
+    """The summary on ``out`` (failures on ``err``); the exit status."""
+    verb = "would write" if report.dry_run else "written"
+    lines = [
+        f"topic: {report.topic} ({report.partitions} partitions, compaction level "
+        f"{report.level_before} before)",
+        f"records read: {report.records_read} ({report.legacy_records} legacy, "
+        f"{report.keyed_records} keyed, {report.tombstones} tombstones)",
+        f"user partitions: {report.user_partitions} ({report.deleted_partitions} deleted)",
+        f"live segments: {report.live_segments}",
+        f"keyed values {verb}: {report.keyed_written} ({report.markers_written} partition "
+        f"delete markers, {report.transactions} transactions)",
+    ]
+    if report.audit_topic is None and not report.dry_run:
+        lines.append("audit records copied: none (no audit)")
+    else:
+        lines.append(
+            f"audit records {'to copy' if report.dry_run else 'copied'}: {report.audit_copied}"
+            + (f" (to {report.audit_topic})" if report.audit_topic else "")
+        )
+    if report.verified:
+        note = f", {report.superseded} superseded upload(s) left out" if report.superseded else ""
+        lines.append(
+            f"verification: passed (the {report.checked}, {report.user_partitions} "
+            f"partitions{note})"
+        )
+    else:
+        lines.append(f"verification: FAILED for {len(report.failures)} partition(s)")
+    if report.configs_set is not None:
+        settings = ", ".join(f"{k}={v}" for k, v in sorted(report.configs_set.items()))
+        lines.append(f"configs set: {settings}")
+    elif report.dry_run:
+        lines.append("configs set: none (--dry-run)")
+    elif report.level_before == 1:
+        lines.append("configs set: none (the topic is compacted already)")
+    else:
+        lines.append("configs set: none")
+    if report.already_migrated:
+        lines.append("already migrated")
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+    if report.verified:
+        return 0
+    for tip, differences in sorted(report.failures.items(), key=lambda item: str(item[0])):
+        print(
+            f"tierlog: {tip}: the keyed records differ from the history: " + "; ".join(differences),
+            file=err,
+        )
+    if report.checked == "plan":
+        print(
+            "tierlog: error: the planned keyed values would not rebuild the history (reference "
+            "first, keyed second): nothing was written or switched",
+            file=err,
+        )
+    else:
+        print(
+            "tierlog: error: verification failed (reference first, keyed second): nothing was "
+            "switched. Is a legacy writer (Kafka's RLMM, tierlog's `topic` RLMM) still writing? "
+            "Stop it and run the migration again: it writes only what is missing",
+            file=err,
+        )
+    return 1
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """``tierlog metadata migrate``'s handler (``tierlog.cli._metadata`` parses the arguments)."""
+    if not args.topic:
+        raise InvalidArgumentError("--topic must not be empty")
+    audit = None if args.no_audit else args.audit_topic
+    if audit is not None and audit == args.topic:
+        raise InvalidArgumentError(f"--audit-topic {audit} is the topic being migrated")
+    options = MigrationOptions(
+        bootstrap_servers=args.bootstrap_servers,
+        topic=args.topic,
+        audit_topic=audit,
+        topic_configs=parse_topic_configs(args.topic_config or ()),
+        command_config=args.command_config,
+        timeout_s=args.timeout,
+        dry_run=args.dry_run,
+    )
+    report = migrate(options, err=sys.stderr)
+    return print_report(report, sys.stdout, sys.stderr)
