@@ -344,8 +344,8 @@ class _Scan:
         self.latest: dict[bytes, bytes | None] = {}
         self.tips: dict[TopicIdPartition, None] = {}
         self.deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
-        self.legacy_offsets: list[int] = []
-        self.records = self.keyed = self.tombstones = self.misplaced = self.markers = 0
+        self.records = self.legacy_records = self.keyed = self.tombstones = 0
+        self.misplaced = self.markers = 0
 
     def add(
         self,
@@ -359,7 +359,7 @@ class _Scan:
         if key is None:
             if value is None:
                 raise MetadataRecordError(f"{where}: a record with neither key nor value")
-            self.legacy_offsets.append(offset)
+            self.legacy_records += 1
         else:
             self.latest.pop(key, None)
             self.latest[key] = value
@@ -617,6 +617,10 @@ class _Migration:
         self.after_transaction = after_transaction
         self.kafka = _load_client()
         self.report = MigrationReport(options.topic, dry_run=options.dry_run)
+        self.ends: dict[int, int] = {}
+        """End offsets of the topic's partitions when pass 1 started."""
+        self.legacy_partitions: set[int] = set()
+        """Partitions where pass 1 read null-key records (the ones to copy to the audit)."""
         self.client_log = _ClientLog()
         self.client: dict[str, Any] = {"bootstrap.servers": options.bootstrap_servers}
         if options.command_config:
@@ -732,13 +736,15 @@ class _Migration:
                 plans[partition] = scan.plan()
                 scan.check(report)
                 self._count(scan, plans[partition])
+                if scan.legacy_records:
+                    self.legacy_partitions.add(partition)
         self.ends = ends
         return plans
 
     def _count(self, scan: _Scan, plan: Sequence[PlannedWrite]) -> None:
         report = self.report
         report.records_read += scan.records
-        report.legacy_records += len(scan.legacy_offsets)
+        report.legacy_records += scan.legacy_records
         report.keyed_records += scan.keyed
         report.tombstones += scan.tombstones
         report.user_partitions += len(scan.tips)
@@ -772,41 +778,38 @@ class _Migration:
     ) -> None:
         """Pass 2 (with ``dry_run``: what it would write, counted)."""
         options, report = self.options, self.report
-        dry = options.dry_run
         audit = options.audit_topic
-        audit_reader = None
-        if audit is not None:
-            report.audit_topic = audit
-            existed = self._exists(audit)
-            if not dry:
-                self._ensure_audit(config)
-            if existed:  # else nothing was copied yet
-                audit_reader = _TopicReader(options, self.kafka, audit)
-        producer: _Transactions | None = None
-        try:
+        with contextlib.ExitStack() as stack:
+            audit_reader = progress = None
+            if audit is not None:
+                report.audit_topic = audit
+                existed = self._exists(audit)
+                if not options.dry_run:
+                    self._ensure_audit(config)
+                if existed:  # else nothing was copied yet
+                    audit_reader = _TopicReader(options, self.kafka, audit)
+                    stack.callback(audit_reader.close)
+                total = sum(self.ends[p] for p in self.legacy_partitions)
+                progress = stack.enter_context(self._progress("migrate: copying", total))
+            producer: _Transactions | None = None
             for partition in range(count):
                 records = [
                     _Out(options.topic, partition, w.key.encode(), w.value)
                     for w in plans[partition]
                 ]
                 if audit is not None:
-                    records += self._audit_copies(reader, audit_reader, audit, partition)
+                    records += self._audit_copies(reader, audit_reader, audit, partition, progress)
                 if not records:
                     continue
-                if dry:
-                    report.transactions += 1
+                report.transactions += 1
+                if options.dry_run:
                     continue
                 if producer is None:
                     producer = self._producer()
+                    stack.callback(producer.close)
                 producer.write(records)
-                report.transactions += 1
                 if self.after_transaction is not None:
                     self.after_transaction(partition)
-        finally:
-            if producer is not None:
-                producer.close()
-            if audit_reader is not None:
-                audit_reader.close()
 
     def _producer(self) -> _Transactions:
         config: dict[str, Any] = dict(self.client)
@@ -838,11 +841,12 @@ class _Migration:
         audit_reader: _TopicReader | None,
         audit: str,
         partition: int,
+        progress: Progress | None,
     ) -> list[_Out]:
         """The audit copies of the partition's null-key records not yet copied (all of them
         when there is no audit topic yet)."""
         end = self.ends[partition]
-        if end <= 0:
+        if partition not in self.legacy_partitions:
             return []
         copied: set[int] = set()
 
@@ -872,7 +876,7 @@ class _Migration:
                 header = (AUDIT_OFFSET_HEADER, str(offset).encode("ascii"))
                 copies.append(_Out(audit, partition, None, value, (header,)))
 
-        reader.read(partition, end, copy, None)
+        reader.read(partition, end, copy, progress)
         self.report.audit_copied += len(copies)
         return copies
 
