@@ -149,6 +149,14 @@ class RemoteLogMetadataManagerCapabilities:
     cleaned segment) is stored and returned as added. Unsupported for an RLMM that drops it; such
     an RLMM cannot fence a zombie leader's cleaning, so it must not serve compacted topics."""
 
+    keeps_superseded_uploads: Capability = True
+    """A COPY_SEGMENT_STARTED segment stays listed when another segment ending at the same
+    offset is added under the same leader epoch, as in Kafka's cache. Unsupported for the
+    compacted RLMM (KAFKA-20033): both uploads share a key (``topicId:partition:endOffset:
+    brokerLeaderEpoch``, the epoch taken from the segment when the caller sets none), so the
+    later one supersedes the failed one (the seed's scenario 3); the state machine's model then
+    forgets the superseded segment, as the RLMM does."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -562,6 +570,24 @@ class _PartitionModel:
     def knows(self, segment_id: RemoteLogSegmentId) -> bool:
         return segment_id in self.segments
 
+    def supersede(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Forget the COPY_SEGMENT_STARTED segments ``metadata`` supersedes under a KAFKA-20033
+        key: another id, the same end offset, the same highest leader epoch (the key's epoch
+        when the caller sets none). Not Kafka's cache: see ``keeps_superseded_uploads``."""
+        epoch = max(metadata.segment_leader_epochs)
+        same_key = [
+            other
+            for other in self.segments.values()
+            if other.remote_log_segment_id != metadata.remote_log_segment_id
+            and other.end_offset == metadata.end_offset
+            and max(other.segment_leader_epochs) == epoch
+        ]
+        if any(other.state is not STARTED for other in same_key):
+            return  # the key holds a live segment: the add goes to another key
+        for other in same_key:
+            for state in (DELETE_STARTED, DELETE_FINISHED):
+                self.update(update_of(other, state))
+
     def update(self, upd: RemoteLogSegmentMetadataUpdate) -> None:
         seg_id = upd.remote_log_segment_id
         existing = self.segments[seg_id]
@@ -678,6 +704,7 @@ def _build_state_machine(
     deletes = caps.partition_delete is True
     ready = caps.readiness_tracking is True
     txn = caps.txn_index_tracking is True
+    keeps_superseded = caps.keeps_superseded_uploads is True
 
     class RLMMStateMachine(RuleBasedStateMachine):
         """Random operations on the RLMM and on the reference model; every query must agree."""
@@ -720,6 +747,8 @@ def _build_state_machine(
                 custom_metadata=spec["custom"],
             )
             self.harness.add(metadata)
+            if not keeps_superseded:
+                self.model[tip].supersede(metadata)
             self.model[tip].add(metadata)
             self.ever[tip].append(metadata)
             return metadata
