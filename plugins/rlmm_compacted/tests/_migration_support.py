@@ -14,7 +14,7 @@ import io
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -35,6 +35,8 @@ from tierlog.metadata import metadata_partition
 from tierlog.spi import (
     CustomMetadata,
     RemoteLogMetadataManager,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
     TopicIdPartition,
@@ -243,9 +245,20 @@ def legacy_history(rlmm: TopicBasedRemoteLogMetadataManager) -> History:
     for state in (DELETE_STARTED, DELETE_FINISHED):
         _done(rlmm, upd(update_of(b2, state)))
     copied(segment(b, 100, 149, {4: 100}, broker_id=3), CustomMetadata(b"\x00\x01"))
-    # c: two plain segments.
+    # c: two plain segments, then two uploads of the same offsets (a leadership change during
+    # the upload, both finishing: seed scenario 2); the reads go to the one that finished last,
+    # which has the smaller id (an order by id would route them to the other).
     copied(segment(c, 0, 9, {0: 0}))
     copied(segment(c, 10, 19, {0: 10}))
+    first, last = sorted((Uuid.random(), Uuid.random()), key=str, reverse=True)
+    finished_first = with_id(segment(c, 20, 29, {0: 20}), first)
+    finished_last = with_id(segment(c, 20, 29, {0: 20}), last)
+    _done(rlmm, add(finished_last), add(finished_first))
+    _done(rlmm, upd(update_of(finished_first, FINISHED)))
+    _done(rlmm, upd(update_of(finished_last, FINISHED)))
+    assert rlmm.remote_log_segment_metadata(c, 0, 25) == rlmm.remote_log_segment_metadata(c, 0, 20)
+    served = rlmm.remote_log_segment_metadata(c, 0, 20)
+    assert served is not None and served.remote_log_segment_id.id == last
     # d: a finished partition deletion.
     d1 = copied(segment(d, 0, 9, {0: 0}))
     _done(
@@ -270,10 +283,17 @@ def legacy_history(rlmm: TopicBasedRemoteLogMetadataManager) -> History:
         ),
     )
     # a: a2 (deleting), the failed upload, its retry, the cleaned one, the one in progress;
-    # b: two; c: two; e: one and its marker; d: its marker.
-    history.keyed_values = 5 + 2 + 2 + 2 + 1
+    # b: two; c: four; e: one and its marker; d: its marker.
+    history.keyed_values = 5 + 2 + 4 + 2 + 1
     history.markers = 2
     return history
+
+
+def with_id(metadata: RemoteLogSegmentMetadata, segment_id: Uuid) -> RemoteLogSegmentMetadata:
+    return replace(
+        metadata,
+        remote_log_segment_id=RemoteLogSegmentId(metadata.topic_id_partition, segment_id),
+    )
 
 
 def _delete(

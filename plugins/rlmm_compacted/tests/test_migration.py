@@ -597,6 +597,24 @@ def test_logical_state_diff_and_without() -> None:
     ]
 
 
+def test_the_segment_serving_the_reads_is_compared() -> None:
+    """Two finished copies of the same offsets: the reads go to the last one finished."""
+    tip = TopicIdPartition(Uuid.random(), "t", 0)
+    x, y = segment(tip, 0, 9, {0: 0}), segment(tip, 0, 9, {0: 0})
+    x_done, y_done = update_of(x, FINISHED), update_of(y, FINISHED)
+    to_y = logical_state(_store(tip, x, y, x_done, y_done), tip)
+    to_x = logical_state(_store(tip, x, y, y_done, x_done), tip)
+    assert to_y.segments == to_x.segments
+    assert to_y.epochs[0].routing == (
+        (0, y.remote_log_segment_id.id),
+        (9, y.remote_log_segment_id.id),
+    )
+    lines = diff(to_y, to_x)
+    x_id, y_id = x.remote_log_segment_id.id, y.remote_log_segment_id.id
+    assert f"leader epoch 0: offset 0 served by segment {y_id} vs segment {x_id}" in lines
+    assert f"leader epoch 0: offset 9 served by segment {y_id} vs segment {x_id}" in lines
+
+
 def test_segments_compare_every_field() -> None:
     tip = TopicIdPartition(Uuid.random(), "t", 0)
     base = segment(tip, 0, 9, {0: 0})

@@ -80,6 +80,7 @@ from tierlog.spi import (
     InvalidArgumentError,
     MetadataRecordError,
     RemoteLogMetadata,
+    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
@@ -166,9 +167,6 @@ class MigrationReport:
     transactions: int = 0
     superseded: int = 0
     """COPY_SEGMENT_STARTED uploads superseded under their key (the allowed difference)."""
-    restated: int = 0
-    """Events the caches dropped as restating a segment's current state (the keyed values
-    written beside the legacy records do that by design)."""
     failures: dict[TopicIdPartition, list[str]] = field(default_factory=dict)
     checked: str = "plan"
     """What the last check compared: ``plan`` (pass 1) or ``topic`` (pass 3)."""
@@ -301,35 +299,6 @@ def _unreachable_as_error(options: MigrationOptions, reader: _TopicReader) -> It
         ) from None
 
 
-class _RestatedStates(logging.Filter):
-    """Counts (and keeps out of the log) the caches' "can not be transitioned" errors for an
-    event that restates a segment's current state: a keyed value written beside the legacy
-    record it describes does exactly that, once per live segment."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dropped = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and "can not be transitioned" in str(record.msg):
-            args = record.args if isinstance(record.args, tuple) else ()
-            if len(args) >= 2 and args[0] == args[1]:
-                self.dropped += 1
-                return False
-        return True
-
-
-@contextlib.contextmanager
-def _restated_states() -> Iterator[_RestatedStates]:
-    logger = logging.getLogger("tierlog.metadata.cache")
-    restated = _RestatedStates()
-    logger.addFilter(restated)
-    try:
-        yield restated
-    finally:
-        logger.removeFilter(restated)
-
-
 # One metadata partition -------------------------------------------------------------------------
 class _Scan:
     """One metadata partition read from its beginning: the reference, the projection and the
@@ -343,6 +312,10 @@ class _Scan:
         self.legacy = StoreApplier(RemotePartitionMetadataStore()) if legacy else None
         self.latest: dict[bytes, bytes | None] = {}
         self.tips: dict[TopicIdPartition, None] = {}
+        self.changed: dict[RemoteLogSegmentId, int] = {}
+        """Offset of the last record that changed each segment in the reference."""
+        self.keyed_at: dict[RemoteLogSegmentId, int] = {}
+        """Offset of the latest keyed value of each segment."""
         self.deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
         self.records = self.legacy_records = self.keyed = self.tombstones = 0
         self.misplaced = self.markers = 0
@@ -381,12 +354,27 @@ class _Scan:
                 self.misplaced += 1
                 return
             self.load(tip)
+        # A keyed value restating what the reference holds (a migration's, or a compacted
+        # RLMM's retry) is not history: the legacy reference skips it, as the compacted reader
+        # does (a Kafka reader would apply a COPY_SEGMENT_FINISHED again, and route the
+        # segment's offsets to it again).
+        restated = (
+            key is not None
+            and isinstance(plain, RemoteLogMetadata)
+            and _restates(self.reference_store, tip, plain)
+        )
         self.projection.apply(decoded)
         if isinstance(plain, RemoteLogMetadata):
-            if self.legacy is not None:
+            if self.legacy is not None and not restated:
                 self.legacy.apply(DecodedEvent(tip, plain))
             if isinstance(plain, RemotePartitionDeleteMetadata):
                 self.deletes[tip] = plain
+            else:
+                segment_id = plain.remote_log_segment_id
+                if not restated:
+                    self.changed[segment_id] = offset
+                if key is not None:
+                    self.keyed_at[segment_id] = offset
 
     def load(self, tip: TopicIdPartition) -> None:
         self.tips[tip] = None
@@ -400,13 +388,25 @@ class _Scan:
             if self.legacy is not None:
                 self.legacy.mark_initialized(tip)
 
+    @property
+    def reference_store(self) -> RemotePartitionMetadataStore:
+        """The legacy replay (or on a compacted topic, the compacted RLMM's)."""
+        return self.legacy.store if self.legacy is not None else self.projection.store
+
     def reference(self) -> dict[TopicIdPartition, PartitionState]:
-        store = self.legacy.store if self.legacy is not None else self.projection.store
-        return {tip: logical_state(store, tip) for tip in self.tips}
+        return {tip: logical_state(self.reference_store, tip) for tip in self.tips}
 
     # Planning ----------------------------------------------------------------------------------
     def plan(self) -> list[PlannedWrite]:
-        """The keyed values missing for the partition's current state, applied as planned."""
+        """The keyed values missing for the partition's current state, applied as planned.
+
+        A reader of the compacted topic applies the latest value of each segment in the
+        topic's order; when two copies of the same offsets finished, the reads go to the one it
+        applies last, as a reader of the history routes them to the one that finished last. So
+        the segments are written in the order of their last change in the history (failed
+        uploads last: they serve no read, and a retry's key then does not supersede them), and
+        from the first segment with no keyed value describing it (or with one older than the
+        previous segment's), every later segment is written again, described or not."""
         writes: list[PlannedWrite] = []
         for tip in self.tips:
             entries = self.projection.keys(tip).values()
@@ -416,15 +416,20 @@ class _Scan:
                     self.projection.store.list_remote_log_segments(tip),
                     key=lambda s: (
                         s.state is S.COPY_SEGMENT_STARTED,
+                        self.changed.get(s.remote_log_segment_id, -1),
                         s.start_offset,
                         s.end_offset,
                         str(s.remote_log_segment_id.id),
                     ),
                 )
-                for segment in segments:
-                    if (segment.remote_log_segment_id, segment.state) in described:
-                        continue
-                    writes.append(self._write(_event_of(segment)))
+                previous = -1
+                for index, segment in enumerate(segments):
+                    segment_id = segment.remote_log_segment_id
+                    at = self.keyed_at.get(segment_id, -1)
+                    if (segment_id, segment.state) not in described or at < previous:
+                        writes += [self._write(_event_of(s)) for s in segments[index:]]
+                        break
+                    previous = at
             delete = self.deletes.get(tip)
             if delete is not None and (None, delete.state) not in described:
                 writes.append(self._write(delete))
@@ -463,6 +468,24 @@ class _Scan:
             differences = diff(expected.without(superseded), got)
             if differences:
                 report.failures[tip] = differences
+
+
+def _restates(
+    store: RemotePartitionMetadataStore, tip: TopicIdPartition, event: RemoteLogMetadata
+) -> bool:
+    """Whether ``event`` says exactly what ``store`` holds of its segment."""
+    if isinstance(event, RemoteLogSegmentMetadata):
+        return store.peek_segment(tip, event.remote_log_segment_id) == event
+    if isinstance(event, RemoteLogSegmentMetadataUpdate):
+        current = store.peek_segment(tip, event.remote_log_segment_id)
+        return (
+            current is not None
+            and current.state is event.state
+            and current.broker_id == event.broker_id
+            and current.event_timestamp_ms == event.event_timestamp_ms
+            and current.custom_metadata == event.custom_metadata
+        )
+    return False
 
 
 def _event_of(segment: RemoteLogSegmentMetadata) -> RemoteLogMetadata:
@@ -650,11 +673,7 @@ class _Migration:
         if readers:
             raise MigrationRefusedError(_refusal(options.topic, readers))
         reader = _TopicReader(options, self.kafka, options.topic)
-        with (
-            _restated_states() as restated,
-            contextlib.ExitStack() as stack,
-            self._admin_errors(f"describe {options.topic}"),
-        ):
+        with contextlib.ExitStack() as stack, self._admin_errors(f"describe {options.topic}"):
             stack.callback(reader.close)
             with _unreachable_as_error(options, reader):
                 count = reader.partition_count()
@@ -663,20 +682,12 @@ class _Migration:
             config = self._config(count)
             plans = self._plan(reader, count)
             if report.failures:
-                report.restated = restated.dropped
                 return report
             self._write(reader, count, plans, config)
             if not options.dry_run:
                 self._verify(reader, count)
                 if report.verified:
                     self._switch(config)
-            report.restated = restated.dropped
-        if report.restated:
-            _LOG.info(
-                "%d event(s) restated a segment's current state (the keyed values beside the "
-                "legacy records they describe): dropped by the caches, as Kafka's cache does",
-                report.restated,
-            )
         return report
 
     @contextlib.contextmanager

@@ -10,9 +10,12 @@ into a comparable value:
   with every field ``RemoteLogSegmentMetadata`` compares (offsets, epochs, size, timestamps,
   broker, custom metadata, txn-index flag, cleaner offsets, state);
 - for each leader epoch of those segments: the listing order of
-  ``list_remote_log_segments(tip, epoch)``, ``highest_offset_for_epoch`` and
-  ``remote_log_size``. Epochs none of whose segments is left are not compared: a full replay
-  remembers the highest offset of deleted segments, a compacted topic no longer holds them;
+  ``list_remote_log_segments(tip, epoch)``, ``highest_offset_for_epoch``, ``remote_log_size``,
+  and which segment ``remote_log_segment_metadata(tip, epoch, offset)`` serves at the first and
+  last offset of the epoch in each COPY_SEGMENT_FINISHED segment (when two copies of the same
+  offsets finished, the reads go to one of them: the RLM's fetches must go to the same one).
+  Epochs none of whose segments is left are not compared: a full replay remembers the highest
+  offset of deleted segments, a compacted topic no longer holds them;
 - whether the partition is gone (a reader raises ``RemoteResourceNotFoundException``: its
   deletion finished, or the reader never knew it);
 - from a store only (an RLMM does not expose it): the latest partition-delete state.
@@ -33,6 +36,7 @@ from typing import Protocol
 from tierlog.metadata import RemotePartitionMetadataStore
 from tierlog.spi import (
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
     RemotePartitionDeleteState,
     RemoteResourceNotFoundException,
     TopicIdPartition,
@@ -56,6 +60,10 @@ class MetadataReader(Protocol):
 
     def remote_log_size(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int: ...
 
+    def remote_log_segment_metadata(
+        self, topic_id_partition: TopicIdPartition, epoch_for_offset: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class EpochState:
@@ -66,6 +74,8 @@ class EpochState:
     """Segment ids of ``list_remote_log_segments(tip, epoch)``, in the reader's order."""
     highest_offset: int | None
     size: int
+    routing: tuple[tuple[int, Uuid | None], ...] = ()
+    """(offset, id of the segment ``remote_log_segment_metadata`` serves there), ascending."""
 
 
 def _segment_order(segment: RemoteLogSegmentMetadata) -> tuple[int, int, str]:
@@ -137,15 +147,45 @@ def logical_state(reader: MetadataReader, topic_id_partition: TopicIdPartition) 
         listing = tuple(
             s.remote_log_segment_id.id for s in reader.list_remote_log_segments(tip, epoch)
         )
+        routing = []
+        for offset in _probes(segments, epoch):
+            served = reader.remote_log_segment_metadata(tip, epoch, offset)
+            routing.append((offset, None if served is None else served.remote_log_segment_id.id))
         epochs.append(
             EpochState(
                 epoch,
                 listing,
                 reader.highest_offset_for_epoch(tip, epoch),
                 reader.remote_log_size(tip, epoch),
+                tuple(routing),
             )
         )
     return PartitionState(tip, False, segments, tuple(epochs), delete_state)
+
+
+def _probes(segments: Collection[RemoteLogSegmentMetadata], epoch: int) -> list[int]:
+    """The first and last offset of ``epoch`` in each finished segment that holds it."""
+    offsets: set[int] = set()
+    for segment in segments:
+        if segment.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            continue
+        epochs = segment.segment_leader_epochs
+        if epoch not in epochs:
+            continue
+        later = [start for e, start in epochs.items() if e > epoch]
+        offsets.add(epochs[epoch])
+        offsets.add(min(later) - 1 if later else segment.end_offset)
+    return sorted(offsets)
+
+
+_UNASKED = object()
+
+
+def _served(routing: Mapping[int, Uuid | None], offset: int) -> str:
+    if offset not in routing:
+        return "(not asked)"
+    segment_id = routing[offset]
+    return "no segment" if segment_id is None else f"segment {segment_id}"
 
 
 _FIELDS = (
@@ -232,4 +272,11 @@ def diff(a: PartitionState, b: PartitionState) -> list[str]:
             )
         if x_epoch.size != y_epoch.size:
             out.append(f"leader epoch {epoch}: remote log size {x_epoch.size} vs {y_epoch.size}")
+        served_x, served_y = dict(x_epoch.routing), dict(y_epoch.routing)
+        for offset in sorted(served_x.keys() | served_y.keys()):
+            if served_x.get(offset, _UNASKED) != served_y.get(offset, _UNASKED):
+                out.append(
+                    f"leader epoch {epoch}: offset {offset} served by "
+                    f"{_served(served_x, offset)} vs {_served(served_y, offset)}"
+                )
     return out
