@@ -5,7 +5,8 @@ Subcommands:
 - ``plugins``: the installed RSM and RLMM plugins as JSON (and any that failed to load);
 - ``conformance --rsm NAME | --rlmm NAME [--config k=v ...]``: run the conformance suite on a
   plugin, exit code is the verdict;
-- ``metadata decode|encode|partition``: work with ``__remote_log_metadata`` records;
+- ``metadata decode|encode|partition|dump|migrate``: work with ``__remote_log_metadata`` records,
+  dump a metadata topic, migrate a legacy topic to the compacted RLMM's keyed projection;
 - ``log dump PATH``: print Kafka-format log files, like ``kafka-dump-log``;
 - ``serve --config FILE [--override k=v ...]``: run a node with its HTTP API and metrics until
   SIGTERM/SIGINT (``tierlog.cli._serve``);
