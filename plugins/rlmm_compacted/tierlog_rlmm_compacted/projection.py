@@ -20,8 +20,12 @@ Applying a record (``apply``):
 - **a keyed update**: when compaction removed the records that brought its segment to the
   state before it, those states are applied first, as a full history went through them: the
   value's ``SegmentAddRecord`` for a segment the cache does not know, COPY_SEGMENT_FINISHED
-  when ``CopyFinished`` says the copy had finished before a deletion, DELETE_SEGMENT_STARTED
-  before a DELETE_SEGMENT_FINISHED; then the update.
+  when ``CopyFinished`` says so before a deletion, DELETE_SEGMENT_STARTED before a
+  DELETE_SEGMENT_FINISHED; then the update. An update that restates exactly what the cache
+  holds (same state, broker, time and custom metadata) changes nothing: it is not applied again
+  (re-applying COPY_SEGMENT_FINISHED would re-route the segment's offsets to it).
+- **a bare keyed update** (no ``SegmentAddRecord``: the record of an invalid transition, see
+  below): applied as a legacy record; its key describes no segment.
 - **a keyed partition delete**: applied as the legacy store does (DELETE_PARTITION_FINISHED drops
   the partition); its key is the partition's delete marker.
 - **a value overwriting a key that described another segment**: that segment has lost a key. If
@@ -34,10 +38,13 @@ Applying a record (``apply``):
   rule.
 
 The one difference with a full replay of the legacy history (the audit topic): superseded
-COPY_SEGMENT_STARTED uploads, which that replay still lists. And, once the log cleaner removed
-the keys of deleted segments, ``highest_offset_for_epoch`` of an epoch none of whose segments is
-left: a full replay remembers the offset of a deleted segment, the compacted topic no longer
-holds it.
+COPY_SEGMENT_STARTED uploads, which that replay still lists. And what tombstones make a reader
+forget (level 1, once the log cleaner removed the keys of deleted segments):
+``highest_offset_for_epoch`` of an epoch with no finished segment left (a full replay remembers
+the offset of a deleted one), and the routing of copies another copy displaced once that copy
+is deleted (Kafka's cache never routes a displaced copy again, so a full replay serves those
+offsets from nothing; a reader of the compacted topic, which never saw the deleted copy, serves
+them from the copy that finished last).
 
 Writing (``plan_write``):
 
@@ -48,9 +55,27 @@ Writing (``plan_write``):
   previous delete marker, else (highest known end offset + 1) and the highest known key epoch;
 - **a key never hides a live segment**: when that key describes another segment still in the
   cache (a cleaned copy of the same offsets published under the same epoch, a re-upload after an
-  unclean election), an update goes to the key its segment was last written under, and an add or
-  a relocated update to the nearest free key of the same end offset (epochs below, then above),
-  logged at INFO;
+  unclean election, the current leader's upload in progress when the previous leader finishes
+  its own), an update goes to the key its segment was last written under, and an add or a
+  relocated update to the nearest free key of the same end offset (epochs below, then above),
+  logged at INFO. Only an add supersedes a COPY_SEGMENT_STARTED segment under its key (a retry
+  under the same leader epoch, seed scenario 3). Nor is a key reused that holds the
+  DELETE_SEGMENT_FINISHED of a segment other keys still describe alive (level 0, where nothing
+  tombstones them): the segment would come back for a bootstrapping reader;
+- **a deletion does not overwrite the FINISHED of a segment another copy overlaps**: a reader
+  of the compacted topic replays a key at the position of its latest value, and Kafka's cache
+  routes a range to the copy that finished last. Written over its FINISHED, the deletion of a
+  copy another one displaced (a duplicate upload after a leadership change, a segment replaced
+  by its cleaned copy) would replay that FINISHED after the displacing copy's, take the range
+  from it, then leave the range served by nothing. Such a deletion goes to the segment's last
+  key if that is another one, else to the nearest free key. Without an overlapping copy the
+  deletion overwrites the FINISHED, and ``CopyFinished`` replays it (the epoch's highest copied
+  offset counts it, as for a reader of the whole history);
+- **an invalid transition** (Kafka's cache logs and drops it) is written, as the topic RLMM
+  writes it, to the audit topic as is; its projection record is *bare* (the update and its
+  ``BrokerLeaderEpoch``, no ``SegmentAddRecord``) under a key describing no live segment, so
+  every reader drops it as Kafka does without the key of the segment losing what it says; at
+  level 1 that key is tombstoned in the same write;
 - tombstones (only when asked: level 1): after DELETE_SEGMENT_FINISHED of segment S at end
   offset E, every key describing S, and the keys of E with an epoch up to the deleting one that
   describe a segment no longer in the cache (seed scenario 4; a key still describing a live
@@ -84,6 +109,7 @@ from tierlog.spi import (
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
+    RemoteStorageException,
     TopicIdPartition,
     Uuid,
 )
@@ -103,8 +129,9 @@ partition's number of leader epochs sharing one end offset."""
 
 @dataclass(frozen=True, slots=True)
 class KeyEntry:
-    """What a key's latest value says: the segment it describes (None for a partition delete
-    marker) and that event's state."""
+    """What a key's latest value says: the segment it is about (None for a partition delete
+    marker) and that event's state. A bare update's key is about a segment without describing
+    it (``ProjectionApplier.describes`` tells)."""
 
     segment_id: RemoteLogSegmentId | None
     state: RemoteLogSegmentState | RemotePartitionDeleteState
@@ -142,14 +169,21 @@ class _Tombstone:
 @dataclass(slots=True)
 class _Partition:
     keys: dict[MetadataKey, KeyEntry] = field(default_factory=dict)
+    # The keys whose value describes the segment (an add, an update with its add record).
     refs: dict[RemoteLogSegmentId, set[MetadataKey]] = field(default_factory=dict)
     last_key: dict[RemoteLogSegmentId, MetadataKey] = field(default_factory=dict)
+    # Segments whose COPY_SEGMENT_FINISHED a reader replays before their deletion: finished
+    # ones, and deleting ones whose DELETE_SEGMENT_STARTED said so (``CopyFinished``).
     finished: set[RemoteLogSegmentId] = field(default_factory=set)
     delete_key: MetadataKey | None = None
 
 
 def _epoch_of(metadata: RemoteLogSegmentMetadata) -> int:
     return max(metadata.segment_leader_epochs)
+
+
+def _key_order(key: MetadataKey) -> int:
+    return key.broker_leader_epoch
 
 
 class ProjectionApplier:
@@ -175,10 +209,19 @@ class ProjectionApplier:
         if value is None:
             return DecodedEvent(self._tip_of(parsed), _Tombstone(parsed))
         decoded = decode_value(value)
-        tip = decoded.event.topic_id_partition
+        event = decoded.event
+        tip = event.topic_id_partition
         if not parsed.belongs_to(tip):
             raise MetadataRecordError(
                 f"the key {parsed} names another partition than its value, an event of {tip}"
+            )
+        end = event.end_offset if isinstance(event, RemoteLogSegmentMetadata) else None
+        if end is None:
+            end = decoded.end_offset
+        if end is not None and end != parsed.end_offset:
+            raise MetadataRecordError(
+                f"the key {parsed} has end offset {parsed.end_offset}, its value {end} "
+                f"(a {type(event).__name__} of {tip})"
             )
         return DecodedEvent(tip, _Keyed(parsed, decoded))
 
@@ -254,15 +297,23 @@ class ProjectionApplier:
             self._apply_event(tip, part, event)
             return
         segment_id = event.remote_log_segment_id
+        bare = isinstance(event, RemoteLogSegmentMetadataUpdate) and value.add_record is None
         previous = part.keys.get(key)
-        if previous is not None and previous.segment_id != segment_id:
+        if previous is not None and (previous.segment_id != segment_id or bare):
             self._drop_key(tip, part, key, f"a value of segment {segment_id.id}")
-        if isinstance(event, RemoteLogSegmentMetadataUpdate) and value.add_record is not None:
+        if isinstance(event, RemoteLogSegmentMetadataUpdate) and not bare:
             self._catch_up(tip, part, value, event)
-        self._apply_event(tip, part, event)
+            current = self.store.peek_segment(tip, segment_id)
+            if current is None or current.create_with_updates(event) != current:
+                self._apply_event(tip, part, event)
+            if event.state is S.DELETE_SEGMENT_STARTED and not value.copy_finished:
+                part.finished.discard(segment_id)
+        else:
+            self._apply_event(tip, part, event)
         part.keys[key] = KeyEntry(segment_id, event.state)
-        part.refs.setdefault(segment_id, set()).add(key)
-        part.last_key[segment_id] = key
+        if not bare:
+            part.refs.setdefault(segment_id, set()).add(key)
+            part.last_key[segment_id] = key
 
     def _catch_up(
         self,
@@ -309,11 +360,14 @@ class ProjectionApplier:
             return
         segment_id = entry.segment_id
         refs = part.refs.get(segment_id)
-        if refs is not None:
-            refs.discard(key)
-            if refs:
-                return
-            del part.refs[segment_id]
+        if refs is None or key not in refs:
+            return  # a bare update's key: it described nothing
+        refs.discard(key)
+        if refs:
+            if part.last_key.get(segment_id) == key:
+                part.last_key[segment_id] = max(refs, key=_key_order)
+            return
+        del part.refs[segment_id]
         part.last_key.pop(segment_id, None)
         self._forget(tip, part, segment_id, key, because)
 
@@ -366,9 +420,14 @@ class ProjectionApplier:
     # Writing -----------------------------------------------------------------------------------
     def plan_write(self, event: RemoteLogMetadata, *, tombstones: bool) -> PlannedWrite:
         """The records that publish ``event``; see the module docstring. Raises
+        ``InvalidArgumentError`` for an add not in COPY_SEGMENT_STARTED or an update to it,
         ``IllegalStateError`` for a partition not loaded here and
         ``RemoteResourceNotFoundException`` for an update of a segment the cache does not know."""
         tip = event.topic_id_partition
+        if isinstance(event, RemoteLogSegmentMetadata):
+            write_checks.check_add(event)
+        elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+            write_checks.check_update(event)
         audit = serde.serialize(event)
         with self._lock:
             part = self._parts.get(tip)
@@ -385,6 +444,7 @@ class ProjectionApplier:
                     part,
                     event.remote_log_segment_id,
                     MetadataKey.of(tip, event.end_offset, epoch),
+                    superseding=True,
                 )
                 value = ProjectionValue(event, epoch)
                 return PlannedWrite(key, encode_value(value), audit)
@@ -407,7 +467,11 @@ class ProjectionApplier:
         if epoch is None:
             epoch = last.broker_leader_epoch if last is not None else _epoch_of(current)
         key = MetadataKey.of(tip, current.end_offset, epoch)
-        if self._holds_other_live(tip, part, key, segment_id) and last is not None:
+        if not RemoteLogSegmentState.is_valid_transition(current.state, event.state):
+            return self._plan_invalid(
+                tip, part, event, current=current, key=key, audit=audit, tombstones=tombstones
+            )
+        if last is not None and self._holds_other_live(tip, part, key, segment_id):
             _LOG.info(
                 "the event of segment %s goes to its own key %s: %s describes another live segment",
                 segment_id.id,
@@ -415,19 +479,24 @@ class ProjectionApplier:
                 key,
             )
             key = last
-        key = self._free_key(tip, part, segment_id, key)
-        add = replace(
-            current,
-            state=S.COPY_SEGMENT_STARTED,
-            broker_leader_epoch=None,
+        keep = None
+        if event.state in _DELETES and not (
+            tombstones and event.state is S.DELETE_SEGMENT_FINISHED
+        ):
+            keep = self._finished_key(tip, part, current, key)
+            if keep is not None and last is not None and last != keep:
+                key = last
+        key = self._free_key(tip, part, segment_id, key, keep=keep)
+        add = replace(current, state=S.COPY_SEGMENT_STARTED, broker_leader_epoch=None)
+        copy_finished = event.state in _DELETES and (
+            segment_id in part.finished or current.state is S.COPY_SEGMENT_FINISHED
         )
-        copy_finished = segment_id in part.finished or current.state is S.COPY_SEGMENT_FINISHED
         value = ProjectionValue(
             replace(event, broker_leader_epoch=epoch),
             epoch,
             current.end_offset,
             add,
-            copy_finished and event.state in _DELETES,
+            copy_finished,
         )
         dead: tuple[MetadataKey, ...] = ()
         if tombstones and event.state is S.DELETE_SEGMENT_FINISHED:
@@ -449,6 +518,76 @@ class ProjectionApplier:
                 )
             )
         return PlannedWrite(key, encode_value(value), audit, dead)
+
+    def _plan_invalid(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        event: RemoteLogSegmentMetadataUpdate,
+        *,
+        current: RemoteLogSegmentMetadata,
+        key: MetadataKey,
+        audit: bytes,
+        tombstones: bool,
+    ) -> PlannedWrite:
+        """An update every reader drops (an invalid transition): written bare under a key that
+        describes no live segment, so that it changes no key's meaning; tombstoned at once at
+        level 1."""
+        epoch = key.broker_leader_epoch
+        spare = self._free_key(tip, part, None, key)
+        _LOG.warning(
+            "invalid transition %s -> %s of segment %s of %s: the event is written (the audit "
+            "topic keeps it, every reader drops it), its projection record bare under %s",
+            current.state,
+            event.state,
+            event.remote_log_segment_id.id,
+            tip,
+            spare,
+        )
+        value = ProjectionValue(replace(event, broker_leader_epoch=epoch), epoch)
+        return PlannedWrite(spare, encode_value(value), audit, (spare,) if tombstones else ())
+
+    def _finished_key(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        segment: RemoteLogSegmentMetadata,
+        key: MetadataKey,
+    ) -> MetadataKey | None:
+        """``key`` when it holds ``segment``'s COPY_SEGMENT_FINISHED and another copy overlaps
+        the segment: a deletion must not overwrite it then.
+
+        A reader of the compacted topic replays a key's history at the position of its latest
+        value. A finished segment's deletion written over its FINISHED moves that FINISHED
+        after the copies that finished since, and Kafka's cache routes a range to the copy that
+        finished last: the replayed FINISHED would take the range from a copy that took it from
+        this one (a duplicate upload after a leadership change, a cleaned copy), and the
+        deletion would then leave it served by nothing. Keeping the FINISHED where it was keeps
+        the order of the copies. Without an overlapping copy nothing can be displaced, and the
+        deletion overwrites it (``CopyFinished`` replays it). Overlap: a read of the first or
+        last offset of one of the segment's epochs served by another segment; when the cache
+        cannot answer yet, assumed.
+        """
+        entry = part.keys.get(key)
+        segment_id = segment.remote_log_segment_id
+        if (
+            entry is None
+            or entry.segment_id != segment_id
+            or entry.state is not S.COPY_SEGMENT_FINISHED
+            or key not in part.refs.get(segment_id, ())
+        ):
+            return None
+        epochs = sorted(segment.segment_leader_epochs.items())
+        try:
+            for i, (epoch, start) in enumerate(epochs):
+                end = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else segment.end_offset
+                for offset in (start, end):
+                    served = self.store.remote_log_segment_metadata(tip, epoch, offset)
+                    if served is not None and served.remote_log_segment_id != segment_id:
+                        return key
+        except RemoteStorageException:  # not initialized: keep it, the safe choice
+            return key
+        return None
 
     def _plan_partition_delete(
         self,
@@ -490,8 +629,17 @@ class ProjectionApplier:
         tip: TopicIdPartition,
         part: _Partition,
         key: MetadataKey,
-        segment_id: RemoteLogSegmentId,
+        segment_id: RemoteLogSegmentId | None,
+        *,
+        superseding: bool = False,
     ) -> bool:
+        """Whether writing ``key`` would change what the projection says about a segment other
+        than ``segment_id`` (None: about any segment): the key describes another live segment,
+        or the death (DELETE_SEGMENT_FINISHED) of a segment other keys still describe alive
+        (at level 0 nothing tombstones those: overwriting the death would bring it back).
+        ``superseding``: an add may take the key of a COPY_SEGMENT_STARTED upload (a failed
+        attempt under the same epoch, seed scenario 3); an update never does (it may be the
+        current leader's upload in progress)."""
         entry = part.keys.get(key)
         if entry is None:
             return False
@@ -499,22 +647,35 @@ class ProjectionApplier:
             return True  # a partition delete marker (an end offset of the same log: unlikely)
         if entry.segment_id == segment_id:
             return False
+        refs = part.refs.get(entry.segment_id, set())
+        if key not in refs:
+            return False  # a bare update's key describes nothing
         other = self.store.peek_segment(tip, entry.segment_id)
         if other is None:
-            return False
-        # Only a failed upload of this very slot may be superseded (seed scenario 3).
-        return not (other.state is S.COPY_SEGMENT_STARTED and entry.segment_id not in part.finished)
+            return len(refs) > 1
+        return not (
+            superseding
+            and other.state is S.COPY_SEGMENT_STARTED
+            and entry.segment_id not in part.finished
+        )
 
     def _free_key(
         self,
         tip: TopicIdPartition,
         part: _Partition,
-        segment_id: RemoteLogSegmentId,
+        segment_id: RemoteLogSegmentId | None,
         key: MetadataKey,
+        *,
+        superseding: bool = False,
+        keep: MetadataKey | None = None,
     ) -> MetadataKey:
-        """``key``, or when it describes another live segment, the nearest free key of the same
-        end offset (lower epochs first)."""
-        if not self._holds_other_live(tip, part, key, segment_id):
+        """``key``, or when it describes another live segment (or is ``keep``), the nearest free
+        key of the same end offset (lower epochs first). ``superseding`` applies to ``key``
+        only: a relocated add never takes the key of an upload of another epoch (an orphan that
+        is still live)."""
+        if key != keep and not self._holds_other_live(
+            tip, part, key, segment_id, superseding=superseding
+        ):
             return key
         epoch = key.broker_leader_epoch
         candidates: Iterable[int] = (
@@ -523,22 +684,37 @@ class ProjectionApplier:
         )
         for candidate in candidates:
             other = MetadataKey.of(tip, key.end_offset, candidate)
-            if not self._holds_other_live(tip, part, other, segment_id):
+            if other != keep and not self._holds_other_live(tip, part, other, segment_id):
                 _LOG.info(
-                    "segment %s of %s is written under %s: %s describes another live segment",
-                    segment_id.id,
-                    tip,
+                    "an event of %s is written under %s: %s %s",
+                    tip if segment_id is None else f"segment {segment_id.id} of {tip}",
                     other,
                     key,
+                    "keeps its FINISHED" if key == keep else "describes another live segment",
                 )
                 return other
         raise IllegalStateError(f"no free key for segment {segment_id} of {tip} near {key}")
 
     # Inspection --------------------------------------------------------------------------------
+    def describes(self, topic_id_partition: TopicIdPartition, key: MetadataKey) -> bool:
+        """Whether ``key``'s latest value describes its segment (an add, or an update carrying
+        its add record): False for a bare update's key, a marker, or an unknown key."""
+        with self._lock:
+            part = self._parts.get(topic_id_partition)
+            if part is None:
+                return False
+            entry = part.keys.get(key)
+            return (
+                entry is not None
+                and entry.segment_id is not None
+                and key in part.refs.get(entry.segment_id, ())
+            )
+
     def orphan_keys(self, topic_id_partition: TopicIdPartition) -> list[MetadataKey]:
         """The keys the cleanup manager tombstones: every segment key of a partition whose
         deletion finished; otherwise the keys of segments no longer in the cache (deleted, or
-        forgotten). Sorted; empty for a partition not loaded."""
+        forgotten) and the keys of bare updates (invalid transitions, which describe nothing).
+        Sorted; empty for a partition not loaded."""
         tip = topic_id_partition
         with self._lock:
             part = self._parts.get(tip)
@@ -549,7 +725,11 @@ class ProjectionApplier:
                 k
                 for k, entry in part.keys.items()
                 if entry.segment_id is not None
-                and (deleted or self.store.peek_segment(tip, entry.segment_id) is None)
+                and (
+                    deleted
+                    or k not in part.refs.get(entry.segment_id, ())
+                    or self.store.peek_segment(tip, entry.segment_id) is None
+                )
             )
 
     def keys(self, topic_id_partition: TopicIdPartition) -> dict[MetadataKey, KeyEntry]:
