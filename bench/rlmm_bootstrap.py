@@ -1,11 +1,13 @@
-"""Benchmark of the topic RLMM (``plugins/rlmm_topic``): bootstrap time and mutating-call latency.
+"""Benchmark of the RLMMs' bootstrap: the topic RLMM (``plugins/rlmm_topic``) against a bare
+consumer, and the compacted RLMM (``plugins/rlmm_compacted``, KAFKA-20033) against the topic RLMM
+over the same events; the topics' size as the history grows; the topic RLMM's mutating-call
+latency.
 
-Run: ``.venv/bin/python bench/rlmm_bootstrap.py [--sizes 10000,100000,1000000] [--calls 1000]``
-(``--quick``: sizes 1,000 and 3,000 events, 30 calls, one pass: a smoke run whose figures mean
-nothing, written to ``--out`` or a temporary directory). Needs Java 17 and Kafka's jars (Maven
-the first time): the bench starts a real Apache Kafka 4.3.1 broker (``scripts/services/kafka.py``)
-in a temporary directory and stops it at the end. These figures are the baseline the compacted
-RLMM will have to beat.
+Run: ``.venv/bin/python bench/rlmm_bootstrap.py [--sizes 10000,100000,1000000] [--live 1000]
+[--calls 1000]`` (``--quick``: sizes 1,000 and 3,000 events, 50 live segments, 30 calls, one
+pass: a smoke run whose figures mean nothing, written to ``--out`` or a temporary directory).
+Needs Java 17 and Kafka's jars (Maven the first time): the bench starts a real Apache Kafka 4.3.1
+broker (``scripts/services/kafka.py``) in a temporary directory and stops it at the end.
 
 The history. One metadata topic per run (``remote.log.metadata.topic.name``, tierlog's
 extension, so nothing is shared with other runs), with Kafka's 50 partitions, one replica.
@@ -14,19 +16,52 @@ that Kafka's partitioner puts in the **same metadata partition** share its histo
 ``--others-share`` (default 0.2) of the records belong to the neighbours, which the RLMM must
 read, decode and skip, as on a real cluster where ~(partitions / 50) user partitions share each
 metadata partition. Each user partition's events are a leader's lifecycle: per segment a
-COPY_SEGMENT_STARTED add and a COPY_SEGMENT_FINISHED update, every 100th segment also the
-deletion of the oldest (DELETE_SEGMENT_STARTED, DELETE_SEGMENT_FINISHED: ~2% of the events, as
-``bench/metadata_cache.py``), a leader-epoch change now and then, custom metadata on 1%. They
-are serialized with ``tierlog.metadata.serialize`` (Kafka's bytes) and written with a bare,
-batching confluent-kafka producer at the metadata partition Kafka's partitioner gives
+COPY_SEGMENT_STARTED add and a COPY_SEGMENT_FINISHED update, and the deletion of the oldest
+segment (DELETE_SEGMENT_STARTED, DELETE_SEGMENT_FINISHED) whenever more than ``--live``
+(default 1000) segments are live: a retention that keeps the partition's remote size steady, so
+the history grows while the live segments do not (``--live 0``: the first baseline's history,
+the oldest deleted after every 100th segment, ~2% of the events, as ``bench/metadata_cache.py``;
+its live segments grow with it); a leader-epoch change now and then, custom metadata on 1%;
+every event carries the leader's epoch as ``broker_leader_epoch``, as tierlog's RLM publishes
+it. They are serialized with ``tierlog.metadata.serialize`` (Kafka's bytes) and written with a
+bare, batching confluent-kafka producer at the metadata partition Kafka's partitioner gives
 (``tierlog.metadata.metadata_partition``), null keys, no compression (TBRLMM's producer
 compresses nothing), which is how a broker's topic looks. The history is written once and
 grows: the sizes are checkpoints (``--sizes``: records in the metadata partition, the target's
 and the neighbours' together), each measured before the next records are written. A size whose
-write is projected to take longer than ``--max-write-s`` (300 s) on this machine is skipped with
-the larger ones, and the output says so. On the project's 2-core machines none is: the
-million-event history is written in 10-15 s and a full run takes 4-5 minutes (most of it the
-three passes of each reader over a million records); ``--quick`` takes ~10 s, broker included.
+write is projected to take longer than ``--max-write-s`` (900 s) on this machine is skipped with
+the larger ones, and the output says so. Writing is dominated by the projection (below): its
+planner costs ~0.3 ms of Python per event, the legacy bytes ~10 us, so the million-event history
+takes ~5 minutes to write and a full run ~10 minutes; ``--quick`` ~1 minute, broker included.
+
+The same events, as the compacted RLMM writes them, go to a second topic of the same broker,
+the **projection**, created as the compacted RLMM creates it (``topics.ensure_topics``: level 1,
+``cleanup.policy=compact``, 50 partitions) but with compaction settings a bench can wait for
+(``PROJECTION_CONFIGS``, passed as ``remote.log.metadata.topic.config.*`` overrides so that the
+RLMM finds the topic as configured): ``segment.ms=2000`` (the cleaner never touches the active
+segment; the default rolls hourly), ``delete.retention.ms=1000`` (tombstones live a day by
+default), ``min.cleanable.dirty.ratio=0.1`` (the default) and ``max.compaction.lag.ms=2000``:
+removing a tombstone takes a second cleaning round after its delete horizon, and a round needs a
+dirty ratio above 0.1, which the few records written to roll the last segment never reach; a
+dirty segment older than ``max.compaction.lag.ms`` makes the log eligible whatever its ratio.
+Each event is planned by ``ProjectionApplier.plan_write`` (level 1: key, value, tombstones) on an
+offline applier hosting the metadata partition's user partitions, which then applies the records
+it planned, projection record first, then tombstones, as the RLMM's own consumer does before its
+next write (as ``tests/_history.py``'s ``Node``); the records go, with the same bulk producer
+(not in transactions: a ``read_committed`` reader reads them alike), to the same partition
+number. At each size the bench waits for the broker's log cleaner (``Topics.wait_cleaned``):
+it writes a marker record (a DELETE_PARTITION_MARKED of a user partition that does not exist,
+same metadata partition, always the same key, skipped by the readers) whenever ``segment.ms``
+has passed since the last append, which rolls the active segment, and reads the partition until
+it holds one record per live key and no tombstone (the markers aside), or
+``--clean-deadline-s`` (300 s) passes; the output says which.
+
+Topic size over time. At each size and at the 1-2-5 points between them, after writing: both
+topics' records (the legacy partition's end minus begin offsets, checked against the events
+written; the projection's counted by reading it, since compaction leaves offset gaps) and bytes
+(the partition's ``.log`` files in the broker's log directory), the projection as the cleaner
+left it while the history was written; at each size also after the wait. The legacy topic grows
+with the history; the compacted one with the live segments.
 
 Bootstrap, at each size, in the same run, against the same broker (records in its page cache
 for every reader alike), each best of ``--repeat`` passes (default 3), the kinds alternating:
@@ -54,6 +89,18 @@ for every reader alike), each best of ``--repeat`` passes (default 3), the kinds
   the cache then lists exactly the target's live segments. Memory: the peak RSS growth during
   the replay (``VmHWM`` reset through ``/proc/self/clear_refs``) and the RSS kept after it
   (the cache), for information.
+- **a bare consumer reading the projection** to its end, as the first: its floor; and the same
+  consumer **decoding and applying** every record with a ``ProjectionApplier`` (keys, tagged
+  values, tombstones; the target's applied to its store), as the third for the legacy topic.
+- **the compacted RLMM**: a fresh ``CompactedRemoteLogMetadataManager`` on the projection,
+  configured (untimed: topic checks, compaction level, transactional producer, its consumer
+  thread, 0.5 s) and timed exactly as the topic RLMM, from ``on_partition_leadership_changes``
+  to ``is_ready``. Records read: the records of the projection partition below the end offset
+  captured at assignment, counted by reading them (untimed). Checked: it lists exactly the live
+  segments, each equal in every compared field to what the topic RLMM of the same size listed
+  after replaying every event. The goals (issue 13): at most 3 records read per live segment
+  (of every user partition of the metadata partition: the reader reads them all), and a
+  bootstrap at least 10x faster than the topic RLMM's at the largest size.
 
 Latency of a mutating call, ``--calls`` times (1,000) on a second private topic: the RLMM, with
 a user partition assigned and ready, calls ``add_remote_log_segment_metadata``
@@ -71,8 +118,11 @@ Beside the wall-clock figures, the CPU time of this process per record read by e
 machine disturbs less than the wall clock (the load average at start and end is recorded too):
 where the RLMM's time goes, record by record.
 
-Writes ``bench/results/rlmm_bootstrap.json`` (or ``--out``) and, if matplotlib is importable,
-``rlmm_bootstrap.png`` beside it.
+Writes ``bench/results/rlmm_bootstrap.json`` (or ``--out``: per size ``rlmm``, ``compacted``,
+``ratio.legacy_vs_compacted``, ``topics`` (after the cleaner); ``topic_sizes``, the samples as
+the history grew; ``compacted_largest``) and, if matplotlib is importable, ``rlmm_bootstrap.png``
+beside it (first row: the topic RLMM against the bare consumer, latency; second row: both RLMMs'
+bootstrap, the topics' records and bytes against the history's size).
 """
 
 from __future__ import annotations
@@ -89,8 +139,9 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 # shared by every benchmark
 from _report import drop_workdir, parse_args, pyplot, save_chart, verdict, write_results
@@ -104,6 +155,10 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
+from tierlog_rlmm_compacted.config import AUDIT_ENABLE, TOPIC_CONFIG_PREFIX, CompactedRlmmConfig
+from tierlog_rlmm_compacted.manager import CompactedRemoteLogMetadataManager
+from tierlog_rlmm_compacted.projection import ProjectionApplier
+from tierlog_rlmm_compacted.topics import ensure_topics
 from tierlog_rlmm_topic import TopicBasedRemoteLogMetadataManager
 from tierlog_rlmm_topic.config import (
     COMMON_CLIENT_PREFIX,
@@ -131,6 +186,8 @@ from tierlog.spi import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
     TopicIdPartition,
     Uuid,
 )
@@ -158,6 +215,24 @@ SETTLE_S = 0.5
 READY_POLL_S = 0.001
 CALL_TIMEOUT_S = 60.0
 DEFAULT_SIZES = "10000,100000,1000000"
+DEFAULT_LIVE = 1000
+GOAL_SPEEDUP = 10.0
+"""The topic RLMM's bootstrap seconds over the compacted RLMM's, at the largest history."""
+GOAL_RECORDS_PER_LIVE = 3.0
+"""Records the compacted RLMM reads to become ready, per live segment."""
+PROJECTION_CONFIGS: Final[Mapping[str, str]] = {
+    "segment.ms": "2000",
+    "delete.retention.ms": "1000",
+    "min.cleanable.dirty.ratio": "0.1",
+    "max.compaction.lag.ms": "2000",
+}
+"""The projection topic's compaction settings in the bench (the RLMM's defaults roll hourly and
+keep tombstones a day); see the module docstring."""
+ROLL_MARGIN_S = 0.2
+"""Past ``segment.ms`` before a marker is written to roll the projection's active segment."""
+CLEAN_POLL_S = 0.25
+CLEAN_DEADLINE_S = 300.0
+PROGRESS_EVERY_S = 5.0
 MASK64 = (1 << 64) - 1
 
 S = RemoteLogSegmentState
@@ -239,19 +314,32 @@ class RssMeter:
 
 # The history ------------------------------------------------------------------------------------
 class Lifecycle:
-    """The lifecycle events of one user partition, serialized, in the order its leader writes
-    them; deterministic for a seed. Counts the segments a cache holds after the events
-    emitted so far (added, not yet DELETE_SEGMENT_FINISHED)."""
+    """The lifecycle events of one user partition, in the order its leader writes them;
+    deterministic for a seed. Counts the segments a cache holds after the events emitted so
+    far (added, not yet DELETE_SEGMENT_FINISHED), and knows their ids.
 
-    def __init__(self, tip: TopicIdPartition, seed: int, *, deletes: bool = True) -> None:
+    Deletions, oldest segment first: with ``live`` > 0, whenever more than ``live`` segments
+    are live (a retention keeping the partition's remote size steady); with ``live`` 0, after
+    every ``DELETE_EVERY``-th segment (the baseline's history, whose live segments grow with
+    it); none without ``deletes``. Every event carries the leader's current epoch as
+    ``broker_leader_epoch``, as tierlog's RLM publishes it (not in Kafka's legacy bytes)."""
+
+    def __init__(
+        self, tip: TopicIdPartition, seed: int, *, live: int = 0, deletes: bool = True
+    ) -> None:
+        if live < 0:
+            raise ValueError(f"live must be >= 0, got {live}")
         self.tip = tip
         self.seed = seed
+        self.live_cap = live
         self.deletes = deletes
         self._rnd = random.Random(seed)
-        self._pending: deque[tuple[bytes, int]] = deque()
+        self._pending: deque[tuple[RemoteLogMetadata, int]] = deque()
         self._added = 0
         self._oldest = 0
         self._epoch = 0
+        self._emitted_adds = 0
+        self._emitted_deletes = 0
         self.events = 0
         self.live = 0
 
@@ -259,13 +347,22 @@ class Lifecycle:
         key = (self.seed << 40) + 2 * n
         return RemoteLogSegmentId(self.tip, Uuid(splitmix64(key), splitmix64(key + 1)))
 
-    def next(self) -> bytes:
+    def live_ids(self) -> set[RemoteLogSegmentId]:
+        """The segments a cache lists after the events emitted so far (deletions go oldest
+        first, so they are a range of segment numbers)."""
+        return {self.segment_id(n) for n in range(self._emitted_deletes, self._emitted_adds)}
+
+    def next(self) -> RemoteLogMetadata:
         if not self._pending:
             self._segment()
-        value, live_delta = self._pending.popleft()
+        event, live_delta = self._pending.popleft()
         self.events += 1
         self.live += live_delta
-        return value
+        if live_delta > 0:
+            self._emitted_adds += 1
+        elif live_delta < 0:
+            self._emitted_deletes += 1
+        return event
 
     def _segment(self) -> None:
         rnd = self._rnd
@@ -291,22 +388,31 @@ class Lifecycle:
             None,
             S.COPY_SEGMENT_STARTED,
             rnd.random() < 0.9,
+            broker_leader_epoch=self._epoch,
         )
         custom = CustomMetadata(rnd.randbytes(16)) if rnd.random() < 0.01 else None
         finish = RemoteLogSegmentMetadataUpdate(
-            segment_id, ts + 500, custom, S.COPY_SEGMENT_FINISHED, 1
+            segment_id, ts + 500, custom, S.COPY_SEGMENT_FINISHED, 1, self._epoch
         )
-        self._pending.append((serialize(add), 1))
-        self._pending.append((serialize(finish), 0))
-        if self.deletes and i % DELETE_EVERY == DELETE_EVERY - 1:
+        self._pending.append((add, 1))
+        self._pending.append((finish, 0))
+        if not self.deletes:
+            return
+        if self.live_cap:
+            expire = self._added - self._oldest - self.live_cap
+        else:
+            expire = 1 if i % DELETE_EVERY == DELETE_EVERY - 1 else 0
+        for _ in range(max(0, expire)):
             oldest = self.segment_id(self._oldest)
             self._oldest += 1
             for state, live_delta in (
                 (S.DELETE_SEGMENT_STARTED, 0),
                 (S.DELETE_SEGMENT_FINISHED, -1),
             ):
-                update = RemoteLogSegmentMetadataUpdate(oldest, ts + 1000, None, state, 1)
-                self._pending.append((serialize(update), live_delta))
+                update = RemoteLogSegmentMetadataUpdate(
+                    oldest, ts + 1000, None, state, 1, self._epoch
+                )
+                self._pending.append((update, live_delta))
 
 
 def neighbours_of(tip: TopicIdPartition, count: int, partitions: int) -> list[TopicIdPartition]:
@@ -322,8 +428,78 @@ def neighbours_of(tip: TopicIdPartition, count: int, partitions: int) -> list[To
     return found
 
 
+class Projection:
+    """The compacted RLMM's writes of the same history, planned offline.
+
+    A ``ProjectionApplier`` hosting every user partition of the metadata partition plans each
+    event (``plan_write`` at level 1: key, value, tombstones) and then applies the records it
+    planned, projection record first, then the tombstones, as the RLMM's own consumer would
+    before its next write (``tests/_history.py``'s ``Node`` does the same). ``marker`` is the
+    one record the bench adds: the DELETE_PARTITION_MARKED marker of a user partition that
+    does not exist, in the same metadata partition, always under the same key (compaction keeps
+    one), written to roll the active segment so that the cleaner reaches the history's end; a
+    reader hosting the bench's partitions skips it."""
+
+    def __init__(self, topic: str, tips: list[TopicIdPartition], partitions: int) -> None:
+        self.topic = topic
+        self.tips = tips
+        self.applier = ProjectionApplier(RemotePartitionMetadataStore())
+        for tip in tips:
+            self.applier.load(tip)
+            self.applier.mark_initialized(tip)
+        self.tombstones = 0
+        self.seconds = 0.0
+        wanted = metadata_partition(tips[0], partitions)
+        ghost = next(
+            tip
+            for tip in (
+                TopicIdPartition(Uuid(splitmix64(n) | 1, splitmix64(~n & MASK64)), "ghost", 0)
+                for n in range(1, 1_000_000)
+            )
+            if metadata_partition(tip, partitions) == wanted
+        )
+        planner = ProjectionApplier(RemotePartitionMetadataStore())
+        planner.load(ghost)
+        planned = planner.plan_write(
+            RemotePartitionDeleteMetadata(
+                ghost,
+                RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+                1_700_000_000_000,
+                1,
+                broker_leader_epoch=0,
+                end_offset=0,
+            ),
+            tombstones=True,
+        )
+        self.marker_key = planned.key.encode()
+        self.marker_value = planned.value
+
+    def plan(self, event: RemoteLogMetadata) -> tuple[list[tuple[bytes, bytes | None]], bytes]:
+        """The records (key, value; None for a tombstone) that publish ``event`` on the
+        projection, and Kafka's legacy bytes of it (the audit value: what the topic RLMM
+        writes)."""
+        t0 = time.perf_counter()
+        applier = self.applier
+        planned = applier.plan_write(event, tombstones=True)
+        records: list[tuple[bytes, bytes | None]] = [(planned.key.encode(), planned.value)]
+        records += [(key.encode(), None) for key in planned.tombstones]
+        self.tombstones += len(planned.tombstones)
+        for key, value in records:
+            applier.apply(applier.decode(key, value))
+        self.seconds += time.perf_counter() - t0
+        return records, planned.audit_value
+
+    def live_keys(self) -> int:
+        """The keys a fully compacted projection holds for the bench's partitions: one record
+        each (the marker aside)."""
+        return sum(len(self.applier.keys(tip)) for tip in self.tips)
+
+
 class HistoryWriter:
-    """Appends a growing history to one metadata partition with a bulk producer."""
+    """Appends a growing history to one metadata partition with a bulk producer: each event
+    in Kafka's legacy bytes (null key) to the legacy topic and, with a ``projection``, the
+    records the compacted RLMM writes for it to the projection topic, same partition number
+    (both topics have the same partition count and partitioner)."""
 
     def __init__(
         self,
@@ -334,17 +510,24 @@ class HistoryWriter:
         others: list[Lifecycle],
         others_share: float,
         seed: int,
+        projection: Projection | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.target = target
         self.others = others
         self.others_share = others_share if others else 0.0
+        self.projection = projection
         self._rnd = random.Random(seed ^ 0x5EED)
         self._turn = 0
         self.records = 0
         self.bytes = 0
         self.seconds = 0.0
+        self.projection_records = 0
+        self.projection_bytes = 0
+        self.markers = 0
+        self.last_append = 0.0
+        """``time.time()`` after the last flush: every record written is older."""
         self._producer = Producer(
             {
                 "bootstrap.servers": servers,
@@ -364,13 +547,32 @@ class HistoryWriter:
         if error is not None:
             self._failed.append(f"{error.name()}: {error.str()}")
 
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None = None) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value, key, partition=self.partition, on_delivery=self._delivered
+                )
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def _flush(self) -> None:
+        remaining = self._producer.flush(120)
+        self.last_append = time.time()
+        if remaining or self._failed:
+            raise RuntimeError(
+                f"the history writer lost records: {remaining} undelivered, "
+                f"failures {self._failed[:3]}"
+            )
+
     def grow_to(self, records: int) -> float:
-        """Write records until the partition holds ``records``; the seconds it took."""
+        """Write events until the legacy partition holds ``records`` (and the projection the
+        same events); the seconds it took."""
         count = records - self.records
         if count <= 0:
             return 0.0
-        producer = self._producer
-        topic, partition = self.topic, self.partition
+        projection = self.projection
         t0 = time.perf_counter()
         with Progress(f"write {count:,} events", total=count, unit="records") as progress:
             for n in range(count):
@@ -379,30 +581,39 @@ class HistoryWriter:
                     self._turn += 1
                 else:
                     stream = self.target
-                value = stream.next()
+                event = stream.next()
+                if projection is None:
+                    value = serialize(event)
+                else:
+                    planned, value = projection.plan(event)
+                    for key, record in planned:
+                        self._produce(projection.topic, record, key)
+                        self.projection_bytes += len(key) + (len(record) if record else 0)
+                    self.projection_records += len(planned)
                 self.bytes += len(value)
-                while True:
-                    try:
-                        producer.produce(
-                            topic, value, partition=partition, on_delivery=self._delivered
-                        )
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                self._produce(self.topic, value)
                 if n % 10_000 == 0:
-                    producer.poll(0)
+                    self._producer.poll(0)
                     progress.update(n)
-            remaining = producer.flush(120)
+            self._flush()
             progress.update(count)
         elapsed = time.perf_counter() - t0
-        if remaining or self._failed:
-            raise RuntimeError(
-                f"the history writer lost records: {remaining} undelivered, "
-                f"failures {self._failed[:3]}"
-            )
         self.records = records
         self.seconds += elapsed
         return elapsed
+
+    def write_marker(self) -> None:
+        """One projection marker (``Projection``), flushed."""
+        assert self.projection is not None
+        self._produce(
+            self.projection.topic, self.projection.marker_value, self.projection.marker_key
+        )
+        self._flush()
+        self.markers += 1
+
+    def live(self) -> int:
+        """Live segments of every user partition of the metadata partition."""
+        return self.target.live + sum(o.live for o in self.others)
 
     def close(self) -> None:
         self._producer.flush(30)
@@ -482,6 +693,72 @@ def read_decode_apply(target: TopicIdPartition) -> Processor:
     return process
 
 
+def read_projection_apply(target: TopicIdPartition) -> Processor:
+    """``read_decode_apply`` for the projection: every record decoded by a
+    ``ProjectionApplier`` (keys, tagged values, tombstones), the target's applied to its
+    store."""
+    applier = ProjectionApplier(RemotePartitionMetadataStore())
+    applier.load(target)
+    decode, apply = applier.decode, applier.apply
+
+    def process(batch: list[Message]) -> tuple[int, int, int]:
+        records = size = 0
+        after = -1
+        for message in batch:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    after = max(after, message.offset() or 0)
+                continue
+            value = message.value()
+            event = decode(message.key(), value)
+            if event.topic_id_partition == target:
+                apply(event)
+            records += 1
+            size += len(value) if value is not None else 0
+            after = (message.offset() or 0) + 1
+        return records, size, after
+
+    return process
+
+
+@dataclass
+class Counted:
+    """What a read of a projection partition found."""
+
+    records: int = 0
+    tombstones: int = 0
+    markers: int = 0
+    """The bench's marker records (``Projection``)."""
+
+
+def read_count(marker_key: bytes, counted: Counted) -> Processor:
+    """``read_bytes`` that also counts tombstones and markers into ``counted``."""
+
+    def process(batch: list[Message]) -> tuple[int, int, int]:
+        records = size = 0
+        after = -1
+        for message in batch:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    after = max(after, message.offset() or 0)
+                continue
+            value = message.value()
+            records += 1
+            if value is None:
+                counted.tombstones += 1
+            else:
+                size += len(value)
+                if message.key() == marker_key:
+                    counted.markers += 1
+            after = (message.offset() or 0) + 1
+        counted.records += records
+        return records, size, after
+
+    return process
+
+
 BARE_OVERRIDES = {"fetch.queue.backoff.ms": "10"}
 """Where the bare reader departs from the RLMM consumer's settings. librdkafka postpones the
 next fetch by ``fetch.queue.backoff.ms`` (1000 by default) once ``queued.min.messages``
@@ -491,21 +768,21 @@ fetcher then spins while the queue is full (a decoding reader burnt 14 s of CPU 
 The limit is the bare consumer at its best."""
 
 
-def consumer_settings(config: TopicRlmmConfig, name: str) -> dict[str, Any]:
-    """The RLMM consumer's librdkafka settings (but ``BARE_OVERRIDES``), under another client
+def consumer_settings(consumer: Mapping[str, str], name: str) -> dict[str, Any]:
+    """An RLMM consumer's librdkafka settings (but ``BARE_OVERRIDES``), under another client
     id and group."""
-    settings: dict[str, Any] = dict(config.consumer) | BARE_OVERRIDES
+    settings: dict[str, Any] = dict(consumer) | BARE_OVERRIDES
     settings["client.id"] = settings["group.id"] = f"tierlog-bench-{name}"
     settings["logger"] = CLIENT_LOG
     return settings
 
 
 def bare_read(
-    config: TopicRlmmConfig, partition: int, processor: Processor, name: str
+    topic: str, consumer_config: Mapping[str, str], partition: int, processor: Processor, name: str
 ) -> dict[str, Any]:
-    """Read ``partition`` of the topic from the beginning to its end offset."""
-    topic = config.topic_name
-    consumer = Consumer(consumer_settings(config, name))
+    """Read ``partition`` of ``topic`` from the beginning to its end offset, with an RLMM's
+    consumer settings (``consumer_settings``)."""
+    consumer = Consumer(consumer_settings(consumer_config, name))
     try:
         consumer.list_topics(topic, timeout=30)  # connected, leaders known (untimed)
         rss = RssMeter()
@@ -538,7 +815,7 @@ def bare_read(
     }
 
 
-# The RLMM ----------------------------------------------------------------------------------------
+# The RLMMs ---------------------------------------------------------------------------------------
 def rlmm_configs(servers: str, topic: str, log_dir: Path) -> dict[str, str]:
     return {
         f"{COMMON_CLIENT_PREFIX}bootstrap.servers": servers,
@@ -552,6 +829,16 @@ def rlmm_configs(servers: str, topic: str, log_dir: Path) -> dict[str, str]:
     }
 
 
+def compacted_configs(servers: str, topic: str, log_dir: Path) -> dict[str, str]:
+    """The compacted RLMM's: the projection topic ``topic`` with the bench's compaction
+    settings (``PROJECTION_CONFIGS``, as ``remote.log.metadata.topic.config.*`` overrides, so
+    that the RLMM finds the topic as configured), no audit topic (a reader never reads it)."""
+    configs = rlmm_configs(servers, topic, log_dir)
+    configs |= {TOPIC_CONFIG_PREFIX + name: value for name, value in PROJECTION_CONFIGS.items()}
+    configs[AUDIT_ENABLE] = "false"
+    return configs
+
+
 def create_topic(configs: Mapping[str, str]) -> TopicRlmmConfig:
     """Create the metadata topic as the RLMM would (``ensure_topic``), before any RLMM runs."""
     from tierlog_rlmm_topic.topic import ensure_topic
@@ -561,18 +848,55 @@ def create_topic(configs: Mapping[str, str]) -> TopicRlmmConfig:
     return config
 
 
-def rlmm_ready(configs: Mapping[str, str], tip: TopicIdPartition, live: int) -> dict[str, Any]:
-    """A fresh RLMM's time from assignment of ``tip`` to readiness."""
-    rlmm = TopicBasedRemoteLogMetadataManager()
+def create_projection_topic(configs: Mapping[str, str]) -> CompactedRlmmConfig:
+    """Create the projection topic as the compacted RLMM would (``topics.ensure_topics``:
+    level 1, its compaction defaults under the bench's overrides), before any RLMM runs."""
+    config = CompactedRlmmConfig.from_configs(configs)
+    level = ensure_topics(AdminClient(dict(config.base.admin)), config)
+    if level != 1:
+        raise RuntimeError(f"the projection topic {config.base.topic_name} is at level {level}")
+    return config
+
+
+Listing = list[RemoteLogSegmentMetadata]
+
+
+def listing_of(rlmm: TopicBasedRemoteLogMetadataManager, tip: TopicIdPartition) -> Listing:
+    return sorted(
+        rlmm.list_remote_log_segments(tip),
+        key=lambda s: (s.start_offset, s.remote_log_segment_id.id.bytes),
+    )
+
+
+def rlmm_ready(
+    kind: type[TopicBasedRemoteLogMetadataManager],
+    configs: Mapping[str, str],
+    tip: TopicIdPartition,
+    live: set[RemoteLogSegmentId],
+    count: Callable[[], tuple[int, int]] | None = None,
+) -> tuple[dict[str, Any], Listing]:
+    """A fresh RLMM's time from assignment of ``tip`` to readiness, and what it then lists
+    (checked: exactly the ``live`` segments). Records read: every record below the end offset
+    read at assignment, which readiness waits for: the end offset itself on a topic that is
+    not compacted; on a compacted one, ``count()`` (records, end offset) reads them."""
+    rlmm = kind()
     rlmm.configure(configs)
     try:
         time.sleep(SETTLE_S)
         partition = metadata_partition(tip, rlmm.config.num_partitions)
-        probe = Consumer(consumer_settings(rlmm.config, "probe"))
+        probe = Consumer(consumer_settings(rlmm.config.consumer, "probe"))
         try:  # what readiness waits for (read outside the clock)
             _, end = watermarks(probe, rlmm.config.topic_name, partition)
         finally:
             probe.close()
+        records = end
+        if count is not None:
+            records, counted_end = count()
+            if counted_end != end:
+                raise RuntimeError(
+                    f"{rlmm.config.topic_name} grew during the bench: end offset {end:,}, "
+                    f"then {counted_end:,}"
+                )
         rss = RssMeter()
         t0, cpu0 = time.perf_counter(), time.process_time()
         rlmm.on_partition_leadership_changes({tip}, set())
@@ -580,42 +904,216 @@ def rlmm_ready(configs: Mapping[str, str], tip: TopicIdPartition, live: int) -> 
             time.sleep(READY_POLL_S)
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         rss.stop()
-        segments = sum(1 for _ in rlmm.list_remote_log_segments(tip))
+        listing = listing_of(rlmm, tip)
     finally:
         rlmm.close()
-    if segments != live:
-        raise RuntimeError(f"the RLMM holds {segments:,} segments of {tip}, expected {live:,}")
+    listed = {s.remote_log_segment_id for s in listing}
+    if listed != live:
+        raise RuntimeError(
+            f"{kind.__name__} lists {len(listed):,} segments of {tip}, expected the "
+            f"{len(live):,} live ones: {len(listed - live):,} extra, "
+            f"{len(live - listed):,} missing"
+        )
     return {
         "seconds": elapsed,
         "cpu_s": cpu,
-        "records": end,
-        "records_per_s": end / elapsed,
-        "segments": segments,
+        "records": records,
+        "end_offset": end,
+        "records_per_s": records / elapsed,
+        "segments": len(listing),
         "rss_peak_delta": rss.peak_delta,
         "rss_kept_delta": rss.kept_delta,
-    }
+    }, listing
+
+
+def same_listing(legacy: Listing, compacted: Listing) -> None:
+    """The compacted RLMM's cache answers as the topic RLMM's, which replayed every event:
+    the same segments with every compared field (offsets, epochs, size, timestamps, custom
+    metadata, txn-index flag, state)."""
+    for a, b in zip(legacy, compacted, strict=False):
+        if a != b:
+            raise RuntimeError(
+                f"the compacted RLMM lists another segment than the topic RLMM:\n  topic RLMM:  "
+                f"{a}\n  compacted:   {b}"
+            )
+    if len(legacy) != len(compacted):
+        raise RuntimeError(
+            f"the topic RLMM lists {len(legacy):,} segments, the compacted RLMM {len(compacted):,}"
+        )
+
+
+# The topics' size --------------------------------------------------------------------------------
+def log_bytes(data_dir: Path, topic: str, partition: int) -> int:
+    """The bytes of the partition's ``.log`` files in the broker's log directory (the records;
+    the measure of the log cleaner's dirty ratio), retried while the cleaner swaps files."""
+    directory = data_dir / f"{topic}-{partition}"
+    if not directory.is_dir():
+        raise RuntimeError(f"no log directory {directory} for {topic}-{partition}")
+    for _ in range(100):
+        try:
+            return sum(p.stat().st_size for p in directory.glob("*.log"))
+        except FileNotFoundError:
+            continue  # a cleaned segment replaced another between the listing and the stat
+    raise RuntimeError(f"the files of {directory} kept changing")
+
+
+class Topics:
+    """Both topics of the run, where their records are, and how to count them."""
+
+    def __init__(
+        self,
+        legacy: TopicRlmmConfig,
+        projection: CompactedRlmmConfig,
+        writer: HistoryWriter,
+        data_dir: Path,
+    ) -> None:
+        self.legacy = legacy
+        self.projection = projection
+        self.writer = writer
+        self.data_dir = data_dir
+        assert writer.projection is not None
+        self.marker_key = writer.projection.marker_key
+
+    def count_projection(self) -> tuple[Counted, dict[str, Any]]:
+        """Read the projection partition to its end: records, tombstones, markers."""
+        counted = Counted()
+        run = bare_read(
+            self.projection.base.topic_name,
+            self.projection.consumer,
+            self.writer.partition,
+            read_count(self.marker_key, counted),
+            "count",
+        )
+        return counted, run
+
+    def count(self) -> tuple[int, int]:
+        """(records, end offset) of the projection partition (``rlmm_ready``'s ``count``)."""
+        counted, run = self.count_projection()
+        return counted.records, int(run["end_offset"])
+
+    def sample(self) -> dict[str, Any]:
+        """Both topics' records and bytes now (the projection as the cleaner left it so far)."""
+        writer = self.writer
+        consumer = Consumer(consumer_settings(self.legacy.consumer, "sizes"))
+        try:
+            begin, end = watermarks(consumer, self.legacy.topic_name, writer.partition)
+        finally:
+            consumer.close()
+        if end - begin != writer.records:
+            raise RuntimeError(f"the legacy partition holds {end - begin:,} of {writer.records:,}")
+        counted, run = self.count_projection()
+        return {
+            "events": writer.records,
+            "live_segments": writer.live(),
+            "legacy": {
+                "records": end - begin,
+                "bytes": log_bytes(self.data_dir, self.legacy.topic_name, writer.partition),
+            },
+            "compacted": {
+                "records": counted.records,
+                "tombstones": counted.tombstones,
+                "markers": counted.markers,
+                "end_offset": run["end_offset"],
+                "bytes": log_bytes(
+                    self.data_dir, self.projection.base.topic_name, writer.partition
+                ),
+            },
+        }
+
+    def wait_cleaned(self, deadline_s: float) -> dict[str, Any]:
+        """Roll the projection's active segment and wait for the broker's log cleaner to
+        compact it: one record per live key, no tombstone (markers aside).
+
+        Rolls happen on an append once ``segment.ms`` has passed since the active segment's
+        first record, so a marker is written whenever that much has passed since the last
+        append: the first rolls the history's tail into reach of the cleaner; the cleaner
+        keeps the tombstones of that round (it stamps their delete horizon,
+        ``delete.retention.ms`` later); a later round removes them, which the next marker
+        makes possible (a dirty segment older than ``max.compaction.lag.ms`` makes the log
+        eligible whatever its dirty ratio). Until the condition holds or ``deadline_s`` passes,
+        with a line of progress every few seconds."""
+        writer = self.writer
+        assert writer.projection is not None
+        expected = writer.projection.live_keys()
+        roll_s = int(PROJECTION_CONFIGS["segment.ms"]) / 1000 + ROLL_MARGIN_S
+        t0 = time.monotonic()
+        said = t0
+        markers_before = writer.markers
+        polls = 0
+        while True:
+            if time.time() - writer.last_append >= roll_s:
+                writer.write_marker()
+            counted, _ = self.count_projection()
+            polls += 1
+            done = counted.tombstones == 0 and counted.records - counted.markers == expected
+            waited = time.monotonic() - t0
+            if done or waited > deadline_s:
+                break
+            if time.monotonic() - said >= PROGRESS_EVERY_S:
+                said = time.monotonic()
+                log(
+                    f"  cleaning: {counted.records:,} records ({counted.tombstones:,} tombstones, "
+                    f"{counted.markers} markers) for {expected:,} live keys, {waited:.0f} s"
+                )
+            time.sleep(CLEAN_POLL_S)
+        if not done:
+            log(
+                f"  the cleaner did not finish within {deadline_s:.0f} s: {counted.records:,} "
+                f"records, {counted.tombstones:,} tombstones for {expected:,} live keys"
+            )
+        sample = self.sample()
+        return sample | {
+            "cleaned": done,
+            "wait_s": waited,
+            "polls": polls,
+            "expected_keys": expected,
+            "markers_written": writer.markers - markers_before,
+        }
 
 
 # Bootstrap ---------------------------------------------------------------------------------------
-KINDS = ("bytes", "decode", "apply", "rlmm")
+KINDS = ("bytes", "decode", "apply", "rlmm", "compacted_bytes", "compacted_apply", "compacted")
+LEGACY_BARE = ("bytes", "decode", "apply")
 
 
 def measure_size(
     config: TopicRlmmConfig,
     configs: Mapping[str, str],
-    writer: HistoryWriter,
+    compacted: Mapping[str, str],
+    topics: Topics,
     repeat: int,
 ) -> dict[str, Any]:
+    writer = topics.writer
     target = writer.target.tip
     partition = writer.partition
+    live = writer.target.live_ids()
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     # Untimed: the first reader of new records would pay for what the broker does once.
-    bare_read(config, partition, read_bytes(), "warmup")
+    bare_read(config.topic_name, config.consumer, partition, read_bytes(), "warmup")
+    topics.count_projection()
+    listings: dict[str, Listing] = {}
     for r in range(repeat):
         for kind in KINDS:
             log(f"  pass {r + 1}/{repeat}: {kind} ...")
             if kind == "rlmm":
-                run = rlmm_ready(configs, target, writer.target.live)
+                run, listings[kind] = rlmm_ready(
+                    TopicBasedRemoteLogMetadataManager, configs, target, live
+                )
+            elif kind == "compacted":
+                run, listings[kind] = rlmm_ready(
+                    CompactedRemoteLogMetadataManager, compacted, target, live, topics.count
+                )
+                same_listing(listings["rlmm"], listings[kind])
+            elif kind == "compacted_bytes":
+                _, run = topics.count_projection()
+            elif kind == "compacted_apply":
+                run = bare_read(
+                    topics.projection.base.topic_name,
+                    topics.projection.consumer,
+                    partition,
+                    read_projection_apply(target),
+                    kind,
+                )
             else:
                 processor = (
                     read_bytes()
@@ -624,7 +1122,7 @@ def measure_size(
                     if kind == "decode"
                     else read_decode_apply(target)
                 )
-                run = bare_read(config, partition, processor, kind)
+                run = bare_read(config.topic_name, config.consumer, partition, processor, kind)
                 if run["records"] != writer.records:
                     raise RuntimeError(f"{kind}: read {run['records']:,} of {writer.records:,}")
             log(f"    {run['records']:,} records in {run['seconds']:.3f} s")
@@ -635,40 +1133,61 @@ def measure_size(
         values = [run["rss_peak_delta"] for run in runs[kind] if run["rss_peak_delta"] is not None]
         return max(values) if values else None
 
+    def kept(kind: str) -> int | None:
+        values = [run["rss_kept_delta"] for run in runs[kind] if run["rss_kept_delta"] is not None]
+        return max(values) if values else None
+
     rate = {kind: float(best[kind]["records_per_s"]) for kind in KINDS}
     # CPU time of this process per record read (every thread, librdkafka's included), the
     # least of the passes: less sensitive than the wall clock to other work on the machine.
     cpu = {kind: min(float(run["cpu_s"]) for run in runs[kind]) for kind in KINDS}
-    cpu_us = {kind: cpu[kind] / writer.records * 1e6 for kind in KINDS}
+    cpu_us = {kind: cpu[kind] / max(1, int(best[kind]["records"])) * 1e6 for kind in KINDS}
+    live_all = writer.live()
+    read = int(best["compacted"]["records"])
     return {
         "events": writer.records,
         "target_events": writer.target.events,
         "other_events": sum(o.events for o in writer.others),
         "target_live_segments": writer.target.live,
+        "live_segments": live_all,
         "value_bytes": writer.bytes,
         "write_s": writer.seconds,
+        "projection_plan_s": writer.projection.seconds if writer.projection else None,
+        "projection_records_written": writer.projection_records,
+        "projection_tombstones_written": (
+            writer.projection.tombstones if writer.projection else None
+        ),
         "bare": {
             kind: best[kind] | {"runs_s": [run["seconds"] for run in runs[kind]]}
-            for kind in ("bytes", "decode", "apply")
+            for kind in LEGACY_BARE
         },
         "rlmm": best["rlmm"]
         | {
             "runs_s": [run["seconds"] for run in runs["rlmm"]],
             "rss_peak_delta_max": peak("rlmm"),
-            "rss_kept_delta_max": max(
-                (
-                    run["rss_kept_delta"]
-                    for run in runs["rlmm"]
-                    if run["rss_kept_delta"] is not None
-                ),
-                default=None,
-            ),
+            "rss_kept_delta_max": kept("rlmm"),
+        },
+        "compacted": best["compacted"]
+        | {
+            "runs_s": [run["seconds"] for run in runs["compacted"]],
+            "rss_peak_delta_max": peak("compacted"),
+            "rss_kept_delta_max": kept("compacted"),
+            "records_per_live_segment": read / max(1, live_all),
+            "records_per_target_live_segment": read / max(1, writer.target.live),
+            "bare": best["compacted_bytes"]
+            | {"runs_s": [run["seconds"] for run in runs["compacted_bytes"]]},
+            "bare_apply": best["compacted_apply"]
+            | {"runs_s": [run["seconds"] for run in runs["compacted_apply"]]},
         },
         "ratio": {
             "vs_bytes": rate["rlmm"] / rate["bytes"],
             "vs_decode": rate["rlmm"] / rate["decode"],
             "vs_apply": rate["rlmm"] / rate["apply"],
             "cpu_vs_bytes": cpu["bytes"] / cpu["rlmm"],
+            "legacy_vs_compacted": float(best["rlmm"]["seconds"])
+            / float(best["compacted"]["seconds"]),
+            "legacy_vs_compacted_cpu": cpu["rlmm"] / cpu["compacted"],
+            "records_legacy_vs_compacted": int(best["rlmm"]["records"]) / max(1, read),
         },
         "cpu_us_per_record": cpu_us,
     }
@@ -701,7 +1220,7 @@ def latency(servers: str, workdir: Path, calls: int, seed: int) -> dict[str, Any
     producer_settings["client.id"] = "tierlog-bench-roundtrip"
     producer_settings["logger"] = CLIENT_LOG
     producer = Producer(producer_settings)
-    consumer = Consumer(consumer_settings(config, "roundtrip"))
+    consumer = Consumer(consumer_settings(config.consumer, "roundtrip"))
     delivered: list[int] = []
 
     def on_delivery(error: KafkaError | None, message: Message) -> None:
@@ -710,7 +1229,7 @@ def latency(servers: str, workdir: Path, calls: int, seed: int) -> dict[str, Any
         delivered.append(message.offset() or 0)
 
     def round_trip() -> float:
-        value = bare_stream.next()
+        value = serialize(bare_stream.next())
         t0 = time.perf_counter()
         delivered.clear()
         producer.produce(topic, value, partition=bare_partition, on_delivery=on_delivery)
@@ -725,8 +1244,8 @@ def latency(servers: str, workdir: Path, calls: int, seed: int) -> dict[str, Any
                 return time.perf_counter() - t0
 
     def rlmm_calls() -> tuple[float, float]:
-        add = deserialize(rlmm_stream.next())
-        finish = deserialize(rlmm_stream.next())
+        add = rlmm_stream.next()
+        finish = rlmm_stream.next()
         assert isinstance(add, RemoteLogSegmentMetadata)
         assert isinstance(finish, RemoteLogSegmentMetadataUpdate)
         t0 = time.perf_counter()
@@ -798,6 +1317,78 @@ def mib(value: int | None) -> str:
     return "n/a" if value is None else f"{value / 2**20:,.0f} MiB"
 
 
+def kib(value: int) -> str:
+    return f"{value / 1024:,.0f} KiB"
+
+
+def print_compacted(results: dict[str, Any], *, quick: bool) -> None:
+    """Both curves (the topic RLMM and the compacted RLMM over the same events), their ratio
+    and the topics' size as the history grew."""
+    print()
+    print(
+        f"Compacted RLMM (KAFKA-20033) vs the topic RLMM, the same events (at most "
+        f"{results['live']:,} live segments per user partition, --live), each until ready for "
+        f"the target; the projection fully compacted by the broker's log cleaner "
+        f"({', '.join(f'{k}={v}' for k, v in results['projection_configs'].items())})"
+    )
+    print(
+        f"{'events':>10} {'live':>6} {'topic RLMM: records':>20} {'ready':>8} "
+        f"{'compacted: records':>19} {'/live':>6} {'ready':>8} {'speedup':>8}  verdicts "
+        f"(records/live <= {GOAL_RECORDS_PER_LIVE}; speedup >= {GOAL_SPEEDUP}x at the largest)"
+    )
+    largest = results["sizes"][-1]["events"] if results["sizes"] else None
+    for size in results["sizes"]:
+        legacy, compacted = size["rlmm"], size["compacted"]
+        per_live = compacted["records_per_live_segment"]
+        speedup = size["ratio"]["legacy_vs_compacted"]
+        verdicts = verdict(per_live, GOAL_RECORDS_PER_LIVE, at_most=True, quick=quick)
+        if size["events"] == largest:
+            verdicts += ", " + verdict(speedup, GOAL_SPEEDUP, quick=quick)
+        print(
+            f"{size['events']:>10,} {size['live_segments']:>6,} {legacy['records']:>20,} "
+            f"{legacy['seconds']:>7.3f}s {compacted['records']:>19,} {per_live:>6.2f} "
+            f"{compacted['seconds']:>7.3f}s {speedup:>7.1f}x  {verdicts}"
+        )
+    print(
+        "  live = live segments of every user partition of the metadata partition (the "
+        "target's and its neighbours'); records = records of the metadata partition read to "
+        "become ready; /live = compacted records per live segment; speedup = topic RLMM "
+        f"seconds over compacted RLMM seconds; best of {results['repeat']} passes each"
+    )
+    for size in results["sizes"]:
+        c, t = size["compacted"], size["topics"]
+        print(
+            f"  {size['events']:>10,} events: projection bare read {c['bare']['seconds']:.3f} s, "
+            f"+ decode and apply {c['bare_apply']['seconds']:.3f} s; "
+            f"RLMM CPU {size['ratio']['legacy_vs_compacted_cpu']:.1f}x less; cleaner "
+            f"{'done' if t['cleaned'] else 'NOT done'} in {t['wait_s']:.1f} s "
+            f"({t['markers_written']} markers); writing the projection "
+            f"({size['projection_records_written']:,} records, "
+            f"{size['projection_tombstones_written']:,} tombstones) planned in "
+            f"{size['projection_plan_s']:.1f} s of the {size['write_s']:.1f} s"
+        )
+    print()
+    print(
+        f"Topic size as the history grows (metadata partition {results['metadata_partition']}; "
+        "records, and bytes of the .log files; * = after the cleaner finished)"
+    )
+    print(
+        f"{'events':>10} {'live':>6} {'legacy records':>15} {'bytes':>11} "
+        f"{'compacted records':>18} {'tombstones':>11} {'bytes':>11} {'legacy/compacted':>17}"
+    )
+    rows = [(s, "") for s in results["topic_sizes"]]
+    rows += [(size["topics"], "*") for size in results["sizes"]]
+    rows.sort(key=lambda row: (row[0]["events"], row[1]))
+    for sample, mark in rows:
+        legacy, compacted = sample["legacy"], sample["compacted"]
+        print(
+            f"{sample['events']:>10,} {sample['live_segments']:>6,} {legacy['records']:>15,} "
+            f"{kib(legacy['bytes']):>11} {compacted['records']:>17,}{mark:1} "
+            f"{compacted['tombstones']:>11,} {kib(compacted['bytes']):>11} "
+            f"{legacy['records'] / max(1, compacted['records']):>16.1f}x"
+        )
+
+
 def print_table(results: dict[str, Any], *, quick: bool) -> None:
     print()
     print(
@@ -847,8 +1438,10 @@ def print_table(results: dict[str, Any], *, quick: bool) -> None:
             f"(bare bytes peak +{mib(size['bare']['bytes']['rss_peak_delta'])}); "
             f"write {size['write_s']:.1f} s in all"
         )
+    print_compacted(results, quick=quick)
     lat = results["latency"]
     rc, bt = lat["rlmm"]["call"], lat["bare"]["round_trip"]
+    print()
     print(
         f"mutating calls ({lat['calls']:,} add + {lat['calls']:,} update, each until applied): "
         f"p50 {rc['p50']:.2f} ms, p99 {rc['p99']:.2f} ms (add p50 "
@@ -872,7 +1465,8 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         return False
     sizes = results["sizes"]
     events = [s["events"] for s in sizes]
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    fig, rows = plt.subplots(2, 3, figsize=(16, 9.6))
+    axes = rows[0]
     series: tuple[tuple[str, Callable[[dict[str, Any]], dict[str, Any]], str, str], ...] = (
         ("bare consumer: bytes (the limit)", lambda s: s["bare"]["bytes"], "C0", "-"),
         ("bare + decode", lambda s: s["bare"]["decode"], "C9", "--"),
@@ -920,7 +1514,60 @@ def chart(results: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("ms")
     ax.set_title(f"mutating call until applied ({lat['calls']:,} each)")
     ax.legend(fontsize=8)
+    compacted_panels(results, rows[1])
     return save_chart(fig, path, results, dpi=110)
+
+
+def compacted_panels(results: dict[str, Any], axes: Any) -> None:
+    """The chart's second row: bootstrap time of both RLMMs, then the topics' records and
+    bytes, against the history's size."""
+    sizes = results["sizes"]
+    events = [s["events"] for s in sizes]
+    ax = axes[0]
+    ax.plot(events, [s["rlmm"]["seconds"] for s in sizes], marker="o", color="C1",
+            label="topic RLMM (every event)")  # fmt: skip
+    ax.plot(events, [s["compacted"]["seconds"] for s in sizes], marker="o", color="C2",
+            label="compacted RLMM (compacted projection)")  # fmt: skip
+    ax.plot(events, [s["compacted"]["bare"]["seconds"] for s in sizes], marker=".", color="C0",
+            linestyle=":", label="bare consumer reading the projection")  # fmt: skip
+    ax.plot(events, [s["compacted"]["bare_apply"]["seconds"] for s in sizes], marker=".",
+            color="C7", linestyle=":", label="... + ProjectionApplier decode, apply")  # fmt: skip
+    for s in sizes:
+        speedup = s["ratio"]["legacy_vs_compacted"]
+        ax.annotate(f"{speedup:.0f}x" if speedup >= 10 else f"{speedup:.1f}x",
+                    (s["events"], s["compacted"]["seconds"]), textcoords="offset points",
+                    xytext=(0, -12), ha="center", fontsize=8, color="C2")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("events in the metadata partition (history)")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"bootstrap until ready ({results['live']:,} live/partition; speedup annotated)")
+    ax.legend(fontsize=8)
+    samples = sorted(results["topic_sizes"], key=lambda s: s["events"])
+    history = [s["events"] for s in samples]
+    cleaned = [s["topics"] for s in sizes]
+    for ax, what, unit, scale in (
+        (axes[1], "records", "records", 1.0),
+        (axes[2], "bytes", "MiB (.log files)", 2.0**-20),
+    ):
+        ax.plot(history, [s["legacy"][what] * scale for s in samples], marker=".", color="C1",
+                label="legacy topic (null keys)")  # fmt: skip
+        ax.plot(history, [s["compacted"][what] * scale for s in samples], marker=".",
+                color="C2", linestyle="--", label="projection, as the cleaner left it")  # fmt: skip
+        ax.plot(events, [c["compacted"][what] * scale for c in cleaned], marker="o", color="C2",
+                linestyle="none", label="projection, compacted (bootstrap)")  # fmt: skip
+        if what == "records":
+            ax.plot(history, [s["live_segments"] for s in samples], color="C7", linestyle=":",
+                    label="live segments")  # fmt: skip
+            ax.plot(history, [GOAL_RECORDS_PER_LIVE * s["live_segments"] for s in samples],
+                    color="C3", linestyle=":",
+                    label=f"goal: {GOAL_RECORDS_PER_LIVE} x live segments")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("events in the metadata partition (history)")
+        ax.set_ylabel(unit)
+        ax.set_title(f"topic {what} as the history grows")
+        ax.legend(fontsize=8)
 
 
 # Main --------------------------------------------------------------------------------------------
@@ -929,6 +1576,18 @@ def parse_sizes(text: str) -> list[int]:
     if not sizes or sizes[0] <= 0:
         raise argparse.ArgumentTypeError(f"sizes must be positive integers, got {text!r}")
     return sizes
+
+
+def sample_points(sizes: list[int]) -> list[int]:
+    """Where the topics' size is sampled: the 1-2-5 series from a tenth of the first size
+    (at least 1,000) up to the last size, and the sizes themselves."""
+    low = max(1000, sizes[0] // 10)
+    points = set(sizes)
+    decade = 1
+    while decade <= sizes[-1]:
+        points.update(p for p in (decade, 2 * decade, 5 * decade) if low <= p <= sizes[-1])
+        decade *= 10
+    return sorted(points)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -945,15 +1604,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--others-share", type=float, default=0.2, help="share of the records that are theirs"
     )
+    parser.add_argument(
+        "--live",
+        type=int,
+        default=DEFAULT_LIVE,
+        help=f"live segments per user partition (default {DEFAULT_LIVE}): the oldest is "
+        f"deleted whenever there are more; 0: the oldest after every {DELETE_EVERY}th segment "
+        "(the first baseline's history, whose live segments grow with it)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="passes of each reader (best kept)")
     parser.add_argument("--calls", type=int, default=1000, help="add + update calls timed")
     parser.add_argument(
         "--max-write-s",
         type=float,
-        default=300.0,
+        default=900.0,
         help="skip a size whose write is projected to take longer (seconds)",
     )
-    args, out = parse_args(parser, {"sizes": [1000, 3000], "calls": 30, "repeat": 1}, argv)
+    parser.add_argument(
+        "--clean-deadline-s",
+        type=float,
+        default=CLEAN_DEADLINE_S,
+        help="longest wait for the log cleaner to compact the projection at a size (seconds)",
+    )
+    args, out = parse_args(
+        parser, {"sizes": [1000, 3000], "calls": 30, "repeat": 1, "live": 50}, argv
+    )
+    if args.live < 0:
+        parser.error(f"--live must be >= 0, got {args.live}")
     workdir = Path(tempfile.mkdtemp(prefix="tierlog-rlmm-bench-", dir=args.dir))
     started = time.perf_counter()
     results: dict[str, Any] = {
@@ -962,14 +1639,19 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "kafka_version": kafka_service.KAFKA_VERSION,
         "goal_ratio": GOAL_RATIO,
+        "goal_speedup": GOAL_SPEEDUP,
+        "goal_records_per_live_segment": GOAL_RECORDS_PER_LIVE,
         "metadata_partitions": METADATA_PARTITIONS,
         "neighbours": args.neighbours,
         "others_share": args.others_share if args.neighbours else 0.0,
+        "live": args.live,
+        "projection_configs": PROJECTION_CONFIGS,
         "repeat": args.repeat,
         "requested_sizes": args.sizes,
         # Other work on the machine slows every reader alike; said beside the figures.
         "load_average_start": os.getloadavg(),
         "sizes": [],
+        "topic_sizes": [],
         "skipped": [],
     }
     service = None
@@ -977,33 +1659,42 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log("starting Apache Kafka ...")
         t0 = time.perf_counter()
-        service = kafka_service.start_kafka(workdir / "kafka")
+        kafka_dir = workdir / "kafka"
+        service = kafka_service.start_kafka(kafka_dir)
         results["broker_start_s"] = time.perf_counter() - t0
         servers = service.url
         log(f"  broker at {servers} in {results['broker_start_s']:.1f} s")
-        topic = f"tierlog-bench-rlmm-{uuid.uuid4().hex[:12]}"
+        run_id = uuid.uuid4().hex[:12]
+        topic = f"tierlog-bench-rlmm-{run_id}"
         configs = rlmm_configs(servers, topic, workdir / "rlmm")
         config = create_topic(configs)
+        compacted = compacted_configs(servers, f"tierlog-bench-rlmm-compacted-{run_id}",
+                                      workdir / "rlmm-compacted")  # fmt: skip
+        projection_config = create_projection_topic(compacted)
         rnd = random.Random(args.seed)
         target_tip = TopicIdPartition(
             Uuid(rnd.getrandbits(63) | 1, rnd.getrandbits(64)), "bench", 0
         )
         partition = metadata_partition(target_tip, config.num_partitions)
+        neighbours = neighbours_of(target_tip, args.neighbours, config.num_partitions)
         others = [
-            Lifecycle(tip, args.seed + 1 + i)
-            for i, tip in enumerate(
-                neighbours_of(target_tip, args.neighbours, config.num_partitions)
-            )
+            Lifecycle(tip, args.seed + 1 + i, live=args.live) for i, tip in enumerate(neighbours)
         ]
+        projection = Projection(
+            projection_config.base.topic_name, [target_tip, *neighbours], config.num_partitions
+        )
         writer = HistoryWriter(
-            servers, topic, partition, Lifecycle(target_tip, args.seed), others,
-            args.others_share, args.seed,
+            servers, topic, partition, Lifecycle(target_tip, args.seed, live=args.live), others,
+            args.others_share, args.seed, projection,
         )  # fmt: skip
+        topics = Topics(config, projection_config, writer, kafka_dir / "data")
         results["topic"] = topic
+        results["projection_topic"] = projection_config.base.topic_name
         results["metadata_partition"] = partition
         log("latency of mutating calls ...")
         results["latency"] = latency(servers, workdir, args.calls, args.seed)
-        for i, size in enumerate(args.sizes):
+        for point in sample_points(args.sizes):
+            size = next(s for s in args.sizes if s >= point)
             if writer.records and writer.seconds:
                 projected = (size - writer.records) * writer.seconds / writer.records
                 if projected > args.max_write_s:
@@ -1013,12 +1704,20 @@ def main(argv: list[str] | None = None) -> int:
                         f"(> --max-write-s {args.max_write_s:.0f})"
                     )
                     log(f"skipping {size:,} and larger: {reason}")
-                    results["skipped"] = [{"events": s, "reason": reason} for s in args.sizes[i:]]
+                    results["skipped"] = [
+                        {"events": s, "reason": reason} for s in args.sizes if s >= size
+                    ]
                     break
-            log(f"size {size:,}: writing the history ...")
-            write_s = writer.grow_to(size)
-            log(f"  {size:,} records in the metadata partition ({write_s:.1f} s for this step)")
-            results["sizes"].append(measure_size(config, configs, writer, args.repeat))
+            log(f"{point:,} events: writing the history ...")
+            write_s = writer.grow_to(point)
+            log(f"  {point:,} records in the metadata partition ({write_s:.1f} s for this step)")
+            results["topic_sizes"].append(topics.sample())
+            if point != size:
+                continue
+            log(f"size {size:,}: waiting for the log cleaner to compact the projection ...")
+            cleaned = topics.wait_cleaned(args.clean_deadline_s)
+            measured = measure_size(config, configs, compacted, topics, args.repeat)
+            results["sizes"].append(measured | {"topics": cleaned})
     finally:
         if writer is not None:
             writer.close()
@@ -1032,6 +1731,19 @@ def main(argv: list[str] | None = None) -> int:
         "records_per_s": largest["rlmm"]["records_per_s"],
         "bare_records_per_s": largest["bare"]["bytes"]["records_per_s"],
         "ratio": largest["ratio"]["vs_bytes"],
+    }
+    results["compacted_largest"] = {
+        "events": largest["events"],
+        "live_segments": largest["live_segments"],
+        "legacy_ready_s": largest["rlmm"]["seconds"],
+        "compacted_ready_s": largest["compacted"]["seconds"],
+        "speedup": largest["ratio"]["legacy_vs_compacted"],
+        "legacy_records": largest["rlmm"]["records"],
+        "compacted_records": largest["compacted"]["records"],
+        "records_per_live_segment": largest["compacted"]["records_per_live_segment"],
+        "cleaned": largest["topics"]["cleaned"],
+        "legacy_bytes": largest["topics"]["legacy"]["bytes"],
+        "compacted_bytes": largest["topics"]["compacted"]["bytes"],
     }
     results["total_seconds"] = time.perf_counter() - started
     results["load_average_end"] = os.getloadavg()

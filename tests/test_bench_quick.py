@@ -63,8 +63,26 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "many_keys.tierlog": {"keys_mapped", "rounds"},
     },
     "rlmm_bootstrap": {
-        "": {"sizes", "largest", "latency", "goal_ratio"},
+        "": {
+            "sizes",
+            "largest",
+            "latency",
+            "goal_ratio",
+            "compacted_largest",
+            "topic_sizes",
+            "goal_speedup",
+            "goal_records_per_live_segment",
+        },
         "largest": {"events", "ready_s", "records_per_s", "bare_records_per_s", "ratio"},
+        # The compacted RLMM over the same events (issue 13): both curves and their ratio.
+        "compacted_largest": {
+            "speedup",
+            "legacy_ready_s",
+            "compacted_ready_s",
+            "compacted_records",
+            "records_per_live_segment",
+            "cleaned",
+        },
         "latency": {"rlmm", "bare", "ratio"},
         "latency.rlmm": {"add", "update", "call"},
         "latency.bare": {"round_trip"},
