@@ -1,0 +1,385 @@
+"""A mixed cluster: Kafka 4.3.1's own tiered storage and the compacted RLMM on one metadata topic.
+
+A private broker (node 1) runs Kafka's tiered storage (``LocalTieredStorage`` and Kafka's
+``TopicBasedRemoteLogMetadataManager`` on the 5 partitions of ``__remote_log_metadata``) and
+tiers a topic of its own. The compacted RLMM joins as node 2 with ``__remote_log_metadata`` as
+its projection topic and writes its keyed records for user partitions of its own, one of them
+on the very metadata partition Kafka's topic uses, so that Kafka's consumer must read through
+them. What must hold (issue 13, "Mixed clusters"):
+
+- the compaction level is 0: the topic keeps Kafka's ``cleanup.policy=delete``, the RLMM sees
+  broker 1 as a Kafka reader of the topic, and ``enable_compaction`` is refused naming it;
+- Kafka keeps working: its topic's segments are still uploaded after our records (each upload
+  waits until Kafka's own consumer has read its record back, so Kafka read past ours), and a
+  consumer reads the whole topic from offset 0, served from remote storage once the local
+  copies are gone; the broker logs no error of its metadata consumer;
+- Kafka's console formatter (``RemoteLogMetadataFormatter``) decodes every record of the topic,
+  Kafka's and ours, with exactly the fields tierlog decodes (Kafka's ``toString()`` line);
+- no tombstone is ever written, not even after segment and partition deletions, nor by the
+  cleanup manager, which finds orphan keys but writes nothing at level 0.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from _scenario_support import (
+    DEADLINE_S,
+    Rec,
+    assign,
+    compacted_configs,
+    describe_configs,
+    open_node,
+    read_records,
+    wait_until,
+)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicCollection
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from services._common import Service
+from services.kafka import run_kafka_class
+from tierlog_rlmm_compacted import CompactedRemoteLogMetadataManager
+from tierlog_rlmm_compacted.topics import (
+    KAFKA_METADATA_TOPIC,
+    CompactionRefusedError,
+    enable_compaction,
+    kafka_readers,
+)
+from tierlog_rlmm_compacted.values import decode_value
+
+from tierlog.conformance.rlmm_suite import (
+    DELETE_FINISHED,
+    DELETE_STARTED,
+    FINISHED,
+    new_partition,
+    segment,
+    update_of,
+)
+from tierlog.metadata import format_record, metadata_partition
+from tierlog.spi import (
+    RemoteLogMetadata,
+    RemoteLogMetadataManager,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+    Uuid,
+)
+
+pytestmark = pytest.mark.slow
+
+METADATA_PARTITIONS = 5
+OUR_NODE_ID = 2
+KAFKA_TOPIC_CONFIG = {
+    "remote.storage.enable": "true",
+    # 16 KiB segments (segment.bytes has a 1 MiB minimum; Kafka's tests use the internal key).
+    "internal.segment.bytes": "16384",
+    # Local copies are deleted as soon as Kafka tiered them: reads of old offsets go remote.
+    "local.retention.bytes": "1",
+}
+RECORDS_BEFORE, RECORDS_AFTER = 600, 900
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+FORMATTER = (
+    "org.apache.kafka.server.log.remote.metadata.storage.serialization."
+    "RemoteLogMetadataSerde$RemoteLogMetadataFormatter"
+)
+KAFKA_CONSUMER_TASK_ERROR = "Error occurred while processing the records"
+"""What Kafka's ConsumerTask logs before it stops for good on a record it cannot process."""
+
+
+@pytest.fixture
+def opened() -> Iterator[list[RemoteLogMetadataManager]]:
+    made: list[RemoteLogMetadataManager] = []
+    yield made
+    for rlmm in reversed(made):
+        rlmm.close()
+
+
+def value_of(i: int) -> bytes:
+    return f"record-{i:06d}-".encode() + bytes(200)
+
+
+def produce(servers: str, topic: str, numbers: range) -> None:
+    # Small batches: a batch never spans two segments, so a larger one would not roll them.
+    producer = Producer(
+        {"bootstrap.servers": servers, "linger.ms": 5, "batch.size": 4096, "acks": "all"}
+    )
+    for i in numbers:
+        producer.produce(topic, value_of(i), partition=0)
+        if i % 200 == 0:
+            producer.poll(0)
+    assert producer.flush(DEADLINE_S) == 0, "records of Kafka's topic still undelivered"
+
+
+def create_kafka_topic(admin: AdminClient, name: str) -> TopicIdPartition:
+    """Kafka's tiered topic (one partition); its partition with the topic id Kafka gave it."""
+    for future in admin.create_topics([NewTopic(name, 1, 1, config=KAFKA_TOPIC_CONFIG)]).values():
+        future.result(timeout=DEADLINE_S)
+    wait_until(
+        lambda: admin.list_topics(name, timeout=30).topics[name].error is None,
+        f"topic {name} to be created",
+    )
+    (described,) = admin.describe_topics(TopicCollection([name])).values()
+    found = described.result(timeout=DEADLINE_S).topic_id
+    topic_id = Uuid(found.get_most_significant_bits(), found.get_least_significant_bits())
+    return TopicIdPartition(topic_id, name, 0)
+
+
+def event_of(record: Rec) -> RemoteLogMetadata:
+    """A record of ``__remote_log_metadata``, Kafka's (null key) or ours (keyed), decoded."""
+    assert record.value is not None, f"a tombstone at {record}"
+    return decode_value(record.value).event
+
+
+def tiered(records: list[Rec], tip: TopicIdPartition, *, from_offset: int = 0) -> int:
+    """How many segments of ``tip`` Kafka finished uploading, by the records at or after
+    ``from_offset`` of the metadata partition."""
+    return sum(
+        1
+        for r in records
+        if r.offset >= from_offset
+        and isinstance(event := event_of(r), RemoteLogSegmentMetadataUpdate)
+        and event.topic_id_partition.topic_id == tip.topic_id
+        and event.state is FINISHED
+    )
+
+
+def partition_of(tip: TopicIdPartition) -> int:
+    return metadata_partition(tip, METADATA_PARTITIONS)
+
+
+def partition_sharing(tip: TopicIdPartition, name: str) -> TopicIdPartition:
+    """A new user partition whose metadata partition is ``tip``'s."""
+    while True:
+        candidate = new_partition(name, 0)
+        if partition_of(candidate) == partition_of(tip):
+            return candidate
+
+
+def partition_not_sharing(tip: TopicIdPartition, name: str) -> TopicIdPartition:
+    while True:
+        candidate = new_partition(name, 0)
+        if partition_of(candidate) != partition_of(tip):
+            return candidate
+
+
+def write_history(
+    rlmm: RemoteLogMetadataManager,
+    tips: list[TopicIdPartition],
+    doomed: TopicIdPartition,
+) -> None:
+    """Through the RLMM, with ``broker_leader_epoch`` set: per partition of ``tips``, two
+    finished uploads, one in progress, a failed upload retried under the same key, the first
+    segment deleted (under a new leader epoch); ``doomed`` deleted for good."""
+
+    def publish(event: RemoteLogMetadata) -> None:
+        if isinstance(event, RemoteLogSegmentMetadata):
+            future = rlmm.add_remote_log_segment_metadata(event)
+        elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+            future = rlmm.update_remote_log_segment_metadata(event)
+        else:
+            assert isinstance(event, RemotePartitionDeleteMetadata)
+            future = rlmm.put_remote_partition_delete_metadata(event)
+        future.result(timeout=DEADLINE_S)
+
+    def add(tip: TopicIdPartition, start: int, epoch: int = 0) -> RemoteLogSegmentMetadata:
+        seg = segment(tip, start, start + 99, {epoch: start}, broker_id=OUR_NODE_ID)
+        seg = replace(seg, broker_leader_epoch=epoch)
+        publish(seg)
+        return seg
+
+    def update(seg: RemoteLogSegmentMetadata, state: RemoteLogSegmentState, epoch: int = 0) -> None:
+        event = update_of(seg, state, broker_id=OUR_NODE_ID)
+        publish(replace(event, broker_leader_epoch=epoch))
+
+    for tip in tips:
+        first, second = add(tip, 0), add(tip, 100)
+        update(first, FINISHED)
+        update(second, FINISHED)
+        add(tip, 200)  # in progress
+        add(tip, 300)  # fails silently...
+        update(add(tip, 300), FINISHED)  # ...and its retry supersedes it under the same key
+        update(first, DELETE_STARTED, epoch=1)
+        update(first, DELETE_FINISHED, epoch=1)
+    kept = add(doomed, 0)
+    update(kept, FINISHED)
+    for state in (
+        RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+        RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
+        RemotePartitionDeleteState.DELETE_PARTITION_FINISHED,
+    ):
+        publish(
+            RemotePartitionDeleteMetadata(
+                doomed,
+                state,
+                kept.event_timestamp_ms + 1,
+                OUR_NODE_ID,
+                broker_leader_epoch=0,
+                end_offset=100,
+            )
+        )
+
+
+def kafka_formatter_lines(servers: str, ends: dict[int, int]) -> list[str]:
+    """The lines Kafka's console consumer prints for ``__remote_log_metadata`` with Kafka's
+    formatter, below ``ends`` per partition. It stops at the first record it cannot decode
+    (with that exception in its output); otherwise it exits once idle for 10 s."""
+    result = run_kafka_class(
+        CONSOLE_CONSUMER,
+        [
+            "--bootstrap-server", servers,
+            "--topic", KAFKA_METADATA_TOPIC,
+            "--from-beginning",
+            "--formatter", FORMATTER,
+            "--timeout-ms", "10000",
+        ],
+        check=False,
+        timeout=300,
+    )  # fmt: skip
+    output = result.stdout.splitlines()
+    errors = [ln for ln in output if "Exception" in ln and "TimeoutException" not in ln]
+    assert not errors, result.stdout[-4000:] + result.stderr[-4000:]
+    lines = [ln for ln in output if ln.startswith("partition: ")]
+    processed = re.search(r"Processed a total of (\d+) messages", result.stderr)
+    assert processed is not None and int(processed[1]) == len(lines), result.stderr[-4000:]
+    below = []
+    for line in lines:
+        match = re.match(r"partition: (\d+), offset: (\d+), ", line)
+        assert match is not None, line
+        if int(match[2]) < ends.get(int(match[1]), 0):
+            below.append(line)
+    return below
+
+
+def read_whole_topic(servers: str, topic: str, end: int) -> list[bytes | None]:
+    """Kafka's topic from offset 0 to ``end``, as a consumer of the broker reads it."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"tierlog-mixed-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    values: list[bytes | None] = []
+    try:
+        consumer.assign([KafkaTopicPartition(topic, 0, OFFSET_BEGINNING)])
+
+        def read() -> bool:
+            for message in consumer.consume(500, timeout=0.5):
+                error = message.error()
+                if error is not None:
+                    assert error.retriable() or error.code() == KafkaError._PARTITION_EOF, error
+                    continue
+                assert message.offset() == len(values), "a gap in Kafka's topic"
+                values.append(message.value())
+            return len(values) >= end
+
+        wait_until(read, f"a consumer reading {topic} from offset 0 to {end}", interval=0)
+    finally:
+        consumer.close()
+    return values
+
+
+def local_log_start(broker: Service, topic: str) -> int:
+    """The base offset of the broker's oldest local segment of ``topic``-0."""
+    directory = broker.directory / "data" / f"{topic}-0"
+    bases = [int(p.name[:20]) for p in directory.glob("*.log")]
+    return min(bases) if bases else 0
+
+
+def test_kafka_tiers_on_while_the_compacted_rlmm_writes_keyed_records(
+    kafka_factory: Callable[..., Service],
+    opened: list[RemoteLogMetadataManager],
+    tmp_path: Path,
+) -> None:
+    broker = kafka_factory(
+        tiered_storage=tmp_path / "tiered-storage",
+        properties={"log.retention.check.interval.ms": "1000", "log.initial.task.delay.ms": "0"},
+    )
+    servers = broker.url
+    admin = AdminClient({"bootstrap.servers": servers})
+    name = f"kafka-tiered-{uuid.uuid4().hex[:10]}"
+    kafka_tip = create_kafka_topic(admin, name)
+    shared = partition_of(kafka_tip)
+
+    # Kafka tiers the first records of its topic.
+    produce(servers, name, range(RECORDS_BEFORE))
+    wait_until(
+        lambda: tiered(read_records(servers, KAFKA_METADATA_TOPIC), kafka_tip) >= 3,
+        f"Kafka to tier three segments of {name}",
+        interval=1.0,
+    )
+
+    # The compacted RLMM joins: level 0, Kafka's broker known as a reader of the topic.
+    audit = f"tierlog-mixed-audit-{uuid.uuid4().hex[:10]}"
+    configs = compacted_configs(
+        servers, KAFKA_METADATA_TOPIC, audit, node_id=OUR_NODE_ID, partitions=METADATA_PARTITIONS
+    )
+    rlmm = open_node(configs, opened)
+    assert isinstance(rlmm, CompactedRemoteLogMetadataManager)
+    assert kafka_readers(admin, KAFKA_METADATA_TOPIC, 30) == [1]
+    assert rlmm.level == 0
+    assert describe_configs(admin, KAFKA_METADATA_TOPIC)["cleanup.policy"] == "delete"
+    with pytest.raises(CompactionRefusedError) as refused:
+        enable_compaction(admin, rlmm.compacted_config, timeout=30)
+    assert refused.value.brokers == [1]
+    assert "[1]" in str(refused.value)
+    assert rlmm.refresh_level() == 0
+    assert describe_configs(admin, KAFKA_METADATA_TOPIC)["cleanup.policy"] == "delete"
+
+    # Its keyed records, on Kafka's metadata partition and on another one; deletions too.
+    ours = [partition_sharing(kafka_tip, "ours-shared"), partition_not_sharing(kafka_tip, "ours")]
+    doomed = partition_sharing(kafka_tip, "ours-doomed")
+    assign(rlmm, [*ours, doomed])
+    write_history(rlmm, ours, doomed)
+    orphans = {tip: rlmm.applier.orphan_keys(tip) for tip in ours}
+    assert all(orphans.values()), "the deleted segments' keys should be orphans by now"
+    assert rlmm.cleanup.run_once() == 0, "the cleanup manager tombstoned at level 0"
+    assert {tip: rlmm.applier.orphan_keys(tip) for tip in ours} == orphans
+    after_ours = read_records(servers, KAFKA_METADATA_TOPIC)
+    ours_end = max(r.offset for r in after_ours if r.partition == shared and r.key is not None)
+    assert any(r.partition != shared and r.key is not None for r in after_ours)
+
+    # Kafka keeps tiering: uploads whose records come after ours on the shared partition.
+    produce(servers, name, range(RECORDS_BEFORE, RECORDS_BEFORE + RECORDS_AFTER))
+    wait_until(
+        lambda: (
+            tiered(
+                [r for r in read_records(servers, KAFKA_METADATA_TOPIC) if r.partition == shared],
+                kafka_tip,
+                from_offset=ours_end + 1,
+            )
+            >= 3
+        ),
+        f"Kafka to tier three more segments of {name}, after our records",
+        interval=1.0,
+    )
+    total = RECORDS_BEFORE + RECORDS_AFTER
+    wait_until(
+        lambda: local_log_start(broker, name) > 0,
+        f"Kafka to delete the local copies of {name}'s first segments",
+        interval=1.0,
+    )
+    assert read_whole_topic(servers, name, total) == [value_of(i) for i in range(total)]
+    assert KAFKA_CONSUMER_TASK_ERROR not in broker.log_path.read_text(errors="replace")
+
+    # Every record of the topic: no tombstone; Kafka's formatter decodes each as tierlog does.
+    records = read_records(servers, KAFKA_METADATA_TOPIC, isolation="read_uncommitted")
+    assert all(r.value is not None for r in records), "a tombstone in a level-0 topic"
+    keyed = [r for r in records if r.key is not None]
+    assert {r.partition for r in keyed} == {partition_of(tip) for tip in [*ours, doomed]}
+    assert any(r.key is None for r in records if r.partition == shared)
+    ends: dict[int, int] = {}
+    for r in records:
+        ends[r.partition] = max(ends.get(r.partition, 0), r.offset + 1)
+    kafka = kafka_formatter_lines(servers, ends)
+    tierlog = [format_record(r.partition, r.offset, event_of(r)) for r in records]
+    assert sorted(kafka) == sorted(tierlog)
+    assert len(kafka) == len(records)
