@@ -207,7 +207,7 @@ def killed_writer_main(argv: Sequence[str]) -> None:
     transaction stays open on the broker, as when a node dies between produce and commit."""
     armed = threading.Event()
 
-    class DyingProducer(Producer):  # type: ignore[misc]
+    class DyingProducer(Producer):
         def commit_transaction(self, *args: Any) -> None:
             if armed.is_set():
                 assert self.flush(60) == 0, "the armed write's records were not delivered"
@@ -215,12 +215,12 @@ def killed_writer_main(argv: Sequence[str]) -> None:
                 os._exit(KILLED_EXIT_CODE)
             super().commit_transaction(*args)
 
-    real_new_client = txn_producer.new_client
+    real_new_client = txn_producer.new_client  # type: ignore[attr-defined]
 
     def new_client(factory: Any, configs: Any, role: str) -> Any:
         return real_new_client(DyingProducer if factory is Producer else factory, configs, role)
 
-    txn_producer.new_client = new_client  # type: ignore[assignment]
+    txn_producer.new_client = new_client  # type: ignore[attr-defined]
 
     configs = json.loads(argv[0])
     tip = TopicIdPartition(Uuid.from_string(argv[1]), argv[2], int(argv[3]))

@@ -54,15 +54,19 @@ __all__ = [
     "alter_topic",
     "as_compacted",
     "assign",
+    "audit_text",
     "cleaner_configs",
     "compacted_configs",
     "describe_configs",
     "describe_expected",
     "describe_record",
     "legacy_configs",
+    "legacy_replay",
     "node_state",
     "open_node",
     "read_records",
+    "rolling",
+    "wait_compacted",
     "wait_gone",
     "wait_until",
 ]
@@ -464,12 +468,6 @@ def wait_compacted(
 
 
 # Readers to compare -----------------------------------------------------------------------------
-def node_states(
-    rlmm: RemoteLogMetadataManager, tips: Iterable[TopicIdPartition]
-) -> dict[TopicIdPartition, PartitionState]:
-    return {tip: node_state(rlmm, tip) for tip in tips}
-
-
 def legacy_replay(
     servers: str,
     audit_topic: str,
