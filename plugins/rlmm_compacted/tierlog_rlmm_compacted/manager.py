@@ -40,7 +40,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Set
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tierlog_rlmm_topic.config import TOPIC_NAME, TopicRlmmConfig
 from tierlog_rlmm_topic.manager import (
@@ -115,6 +115,20 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
         config[TOPIC_NAME] = name
         config[AUDIT_TOPIC_NAME] = f"{name}-audit"
         return config
+
+    @classmethod
+    def conformance_capabilities(cls) -> Any:
+        """Kafka's TBRLMM's capabilities but one: a COPY_SEGMENT_STARTED upload superseded
+        under its key by a later add (seed scenario 3) is forgotten, not kept."""
+        from tierlog.conformance import RemoteLogMetadataManagerCapabilities, Unsupported
+
+        return RemoteLogMetadataManagerCapabilities(
+            keeps_superseded_uploads=Unsupported(
+                "KAFKA-20033 keys: a later add of the same end offset under the same leader "
+                "epoch takes the key of a COPY_SEGMENT_STARTED upload, which a reader of the "
+                "compacted topic no longer sees (seed scenario 3)"
+            )
+        )
 
     # Hooks of the topic RLMM -------------------------------------------------------------------
     def _new_applier(self, store: RemotePartitionMetadataStore) -> ManagedApplier:
