@@ -30,6 +30,11 @@ PLUGIN_ALLOWED = (
     "tierlog.properties",
 )
 PLUGIN_ALLOWED_FROM_TOP = frozenset({"hookimpl", "__version__"})
+PLUGIN_EXCEPTIONS = {
+    # `tierlog metadata migrate` (the compacted RLMM's) reads the topic with the reader and client
+    # configuration of `tierlog metadata dump`; to be made a public module of tierlog.metadata.
+    ("tierlog_rlmm_compacted/migration.py", "tierlog.cli._metadata_dump"),
+}
 
 
 def _python_files(*roots: Path) -> list[Path]:
@@ -92,8 +97,10 @@ def test_plugins_depend_only_on_spi_storage_and_conformance(path: Path) -> None:
             extra = set(names) - PLUGIN_ALLOWED_FROM_TOP
             if extra or not names:
                 bad.append(f"{line}: imports {sorted(extra) or 'tierlog'} from the top level")
-        elif _is_within(module, "tierlog") and not any(
-            _is_within(module, allowed) for allowed in PLUGIN_ALLOWED
+        elif (
+            _is_within(module, "tierlog")
+            and not any(_is_within(module, allowed) for allowed in PLUGIN_ALLOWED)
+            and (f"{path.parent.name}/{path.name}", module) not in PLUGIN_EXCEPTIONS
         ):
             bad.append(f"{line}: imports {module}")
     assert not bad, f"{path.relative_to(ROOT)}:\n" + "\n".join(bad)

@@ -895,7 +895,7 @@ def test_follow_prints_the_dump_then_new_records(kafka_broker: Service) -> None:
         assert sorted(_take(lines, 2)) == sorted(expected)
     finally:
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=60)
+        _, err = process.communicate(timeout=180)
     assert process.returncode == 130, err
 
 

@@ -760,6 +760,10 @@ def _build_state_machine(
             if tip in self.deleted:
                 return
             self.harness.add(metadata)
+            current = self.model[tip].segments.get(metadata.remote_log_segment_id)
+            if not keeps_superseded and (current is None or current.state is STARTED):
+                # A valid re-add takes its key back from what superseded it meanwhile.
+                self.model[tip].supersede(metadata)
             self.model[tip].add(metadata)
 
         @rule(metadata=segments, custom=_CUSTOM)

@@ -10,16 +10,13 @@ compacted (level 1: tombstones are written). Both topics are deleted after the t
 The plugin declares one capability unsupported (``conformance_capabilities()``):
 ``keeps_superseded_uploads``. Two COPY_SEGMENT_STARTED uploads ending at the same offset under
 the same leader epoch share a key, and the later one supersedes the earlier (seed scenario 3);
-the state machine's model forgets the superseded one too. It does so for ``add_segment`` but
-not yet for ``add_same_segment_again``: a superseded upload added again takes its key back and
-supersedes the upload that had taken it, which the model keeps. Until the suite's model does
-that too, the state machine is marked xfail (with it, 100 random runs passed by hand on the
-real broker).
+the state machine's model forgets the superseded one too (also when a superseded upload is
+added again: it takes its key back).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from services._common import Service
@@ -29,10 +26,6 @@ from tierlog_rlmm_topic import BOOTSTRAP_SERVERS_ENV
 from tierlog_rlmm_topic.config import TOPIC_NAME
 
 from tierlog.conformance import RemoteLogMetadataManagerSuite
-from tierlog.conformance.rlmm_suite import (
-    RemoteLogMetadataManagerCapabilities,
-    RemoteLogMetadataManagerHarness,
-)
 
 
 class TestCompactedRemoteLogMetadataManager(RemoteLogMetadataManagerSuite):
@@ -52,16 +45,3 @@ class TestCompactedRemoteLogMetadataManager(RemoteLogMetadataManagerSuite):
         config = CompactedRemoteLogMetadataManager.conformance_config()
         delete_topics.extend((config[TOPIC_NAME], config[AUDIT_TOPIC_NAME]))
         yield config
-
-    @pytest.mark.xfail(
-        reason="the suite's model supersedes under add_segment only; a superseded upload added "
-        "again (add_same_segment_again) supersedes the one holding its key in the RLMM, not in "
-        "the model",
-        strict=False,
-    )
-    def test_state_machine(
-        self,
-        rlmm_factory: Callable[[], RemoteLogMetadataManagerHarness],
-        rlmm_capabilities: RemoteLogMetadataManagerCapabilities,
-    ) -> None:
-        super().test_state_machine(rlmm_factory, rlmm_capabilities)
