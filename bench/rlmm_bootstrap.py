@@ -29,10 +29,12 @@ bare, batching confluent-kafka producer at the metadata partition Kafka's partit
 compresses nothing), which is how a broker's topic looks. The history is written once and
 grows: the sizes are checkpoints (``--sizes``: records in the metadata partition, the target's
 and the neighbours' together), each measured before the next records are written. A size whose
-write is projected to take longer than ``--max-write-s`` (900 s) on this machine is skipped with
-the larger ones, and the output says so. Writing is dominated by the projection (below): its
-planner costs ~0.3 ms of Python per event, the legacy bytes ~10 us, so the million-event history
-takes ~5 minutes to write and a full run ~10 minutes; ``--quick`` ~1 minute, broker included.
+write is projected to take longer than ``--max-write-s`` (1800 s) on this machine is skipped
+with the larger ones, and the output says so. Writing is dominated by the projection (below):
+its planner costs ~0.3 ms of Python per event (``plan_write``, then decoding and applying the
+records it planned), the legacy bytes ~10 us, so the million-event history takes ~5 minutes to
+write on a quiet 2-core machine (up to three times that when other work shares it) and a full
+run 10-15 minutes; ``--quick`` ~1 minute, broker included.
 
 The same events, as the compacted RLMM writes them, go to a second topic of the same broker,
 the **projection**, created as the compacted RLMM creates it (``topics.ensure_topics``: level 1,
@@ -1617,7 +1619,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-write-s",
         type=float,
-        default=900.0,
+        default=1800.0,
         help="skip a size whose write is projected to take longer (seconds)",
     )
     parser.add_argument(
