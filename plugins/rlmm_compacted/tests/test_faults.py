@@ -221,7 +221,8 @@ SHORT_DELIVERY_TIMEOUT_MS = 30_000
             id="outage-past-delivery-timeout",
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="txn_producer gap (reported by H4): an abort_transaction that times out "
+                run=False,  # fails the same way every time, after 2 minutes: not run until fixed
+                reason="txn_producer gap: an abort_transaction that times out "
                 "for longer than commit_timeout_s (60 s) while the broker is down makes the "
                 "producer fatal ('cannot abort its transaction ... the RLMM must be "
                 "restarted'): every write after the broker is back fails",
