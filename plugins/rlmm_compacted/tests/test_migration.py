@@ -572,11 +572,11 @@ def test_logical_state_diff_and_without() -> None:
     assert state.epochs[1].size == 600 and state.epochs[1].highest_offset == 199
     assert len(state.segments) == 3 and not state.gone and state.delete_state is None
     one = logical_state(_store(tip, *copies), tip)
+    first, second, third = (str(s.remote_log_segment_id.id) for s in (s1, s2, failed))
     assert diff(state, one) == [
-        f"segment {failed.remote_log_segment_id.id} (100-199, COPY_SEGMENT_STARTED) only in "
-        "the first",
-        f"leader epoch 1: listing {[str(i) for i in state.epochs[1].listing]} vs "
-        f"{[str(i) for i in one.epochs[1].listing]}",
+        f"segment {third} (100-199, COPY_SEGMENT_STARTED) only in the first",
+        f"leader epoch 1: listing [0: {{{first}}}, 100: {{{', '.join(sorted([second, third]))}}}] "
+        f"vs [0: {{{first}}}, 100: {{{second}}}]",
         "leader epoch 1: remote log size 600 vs 300",
     ]
     assert state.without({failed.remote_log_segment_id.id}) == one
@@ -595,6 +595,77 @@ def test_logical_state_diff_and_without() -> None:
     assert diff(logical_state(plain, other), PartitionState(other, False)) == [
         "partition gone (deleted or unknown) vs present"
     ]
+
+
+@dataclass(frozen=True)
+class _Relisted:
+    """A reader answering as ``store``, but listing each epoch's segments as ``relist`` says: a
+    reader whose per-epoch listing differs from Kafka's."""
+
+    store: RemotePartitionMetadataStore
+    relist: Callable[[list[RemoteLogSegmentMetadata]], list[RemoteLogSegmentMetadata]]
+
+    def list_remote_log_segments(
+        self, topic_id_partition: TopicIdPartition, leader_epoch: int | None = None
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        listed = list(self.store.list_remote_log_segments(topic_id_partition, leader_epoch))
+        return iter(listed if leader_epoch is None else self.relist(listed))
+
+    def highest_offset_for_epoch(
+        self, topic_id_partition: TopicIdPartition, leader_epoch: int
+    ) -> int | None:
+        return self.store.highest_offset_for_epoch(topic_id_partition, leader_epoch)
+
+    def remote_log_size(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int:
+        return self.store.remote_log_size(topic_id_partition, leader_epoch)
+
+    def remote_log_segment_metadata(
+        self, topic_id_partition: TopicIdPartition, epoch_for_offset: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        return self.store.remote_log_segment_metadata(topic_id_partition, epoch_for_offset, offset)
+
+
+def test_listings_compare_which_segments_share_a_start_offset_not_their_order() -> None:
+    """Kafka lists an epoch's segments with equal start offsets in HashSet order (unspecified):
+    two readers listing the same segments in another order among equal starts answer alike.
+    Another order of start offsets, or a segment missing from an epoch's listing, still
+    differs."""
+    tip = TopicIdPartition(Uuid.random(), "t", 0)
+    x, y = segment(tip, 0, 9, {0: 0}, size=10), segment(tip, 0, 9, {0: 0}, size=20)
+    z = segment(tip, 10, 19, {0: 10}, size=40)
+    xyz, yxz = _store(tip, x, y, z), _store(tip, y, x, z)
+    x_id, y_id, z_id = (s.remote_log_segment_id.id for s in (x, y, z))
+
+    def order(store: RemotePartitionMetadataStore) -> list[Uuid]:
+        return [s.remote_log_segment_id.id for s in store.list_remote_log_segments(tip, 0)]
+
+    assert (order(xyz), order(yxz)) == ([x_id, y_id, z_id], [y_id, x_id, z_id])
+    state = logical_state(xyz, tip)
+    assert diff(state, logical_state(yxz, tip)) == []
+    assert logical_state(yxz, tip) == state
+    assert state.epochs[0].listing == ((0, frozenset({x_id, y_id})), (10, frozenset({z_id})))
+
+    reversed_starts = logical_state(_Relisted(xyz, lambda listed: listed[::-1]), tip)
+    runs = f"0: {{{', '.join(sorted([str(x_id), str(y_id)]))}}}"
+    assert diff(state, reversed_starts) == [
+        f"leader epoch 0: listing [{runs}, 10: {{{z_id}}}] vs [10: {{{z_id}}}, {runs}]"
+    ]
+    without_y = logical_state(
+        _Relisted(xyz, lambda listed: [s for s in listed if s is not listed[1]]), tip
+    )
+    assert diff(state, without_y) == [
+        f"leader epoch 0: listing [{runs}, 10: {{{z_id}}}] vs [0: {{{x_id}}}, 10: {{{z_id}}}]"
+    ]
+    # ``without`` regroups what is left: removing y leaves x alone at 0; removing z from a
+    # listing 0, 10, 0 leaves one run of 0.
+    assert state.without({y_id}) == logical_state(_store(tip, x, z), tip)
+    zero = logical_state(_Relisted(xyz, lambda listed: [listed[0], listed[2], listed[1]]), tip)
+    assert zero.epochs[0].listing == (
+        (0, frozenset({x_id})),
+        (10, frozenset({z_id})),
+        (0, frozenset({y_id})),
+    )
+    assert zero.without({z_id}).epochs[0].listing == ((0, frozenset({x_id, y_id})),)
 
 
 def test_the_segment_serving_the_reads_is_compared() -> None:

@@ -9,8 +9,12 @@ into a comparable value:
 - every listed segment (``list_remote_log_segments(tip)``: all not DELETE_SEGMENT_FINISHED),
   with every field ``RemoteLogSegmentMetadata`` compares (offsets, epochs, size, timestamps,
   broker, custom metadata, txn-index flag, cleaner offsets, state);
-- for each leader epoch of those segments: the listing order of
-  ``list_remote_log_segments(tip, epoch)``, ``highest_offset_for_epoch``, ``remote_log_size``,
+- for each leader epoch of those segments: the listing of ``list_remote_log_segments(tip,
+  epoch)`` as runs of equal start offsets in the reader's order (Kafka's
+  ``RemoteLogLeaderEpochState`` lists segments with equal start offsets in ``HashSet`` order,
+  which is unspecified: which segments share a start offset is compared, not their order among
+  themselves, as the conformance suite compares listings), ``highest_offset_for_epoch``,
+  ``remote_log_size``,
   and which segment ``remote_log_segment_metadata(tip, epoch, offset)`` serves at the first and
   last offset of the epoch in each COPY_SEGMENT_FINISHED segment (when two copies of the same
   offsets finished, the reads go to one of them: the RLM's fetches must go to the same one).
@@ -29,7 +33,7 @@ benchmark compare with these.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -70,12 +74,25 @@ class EpochState:
     """What a reader answers for one leader epoch of the live segments."""
 
     epoch: int
-    listing: tuple[Uuid, ...]
-    """Segment ids of ``list_remote_log_segments(tip, epoch)``, in the reader's order."""
+    listing: tuple[tuple[int, frozenset[Uuid]], ...]
+    """``list_remote_log_segments(tip, epoch)`` as (start offset, segment ids) runs of equal
+    start offsets, in the reader's order (the order within a run is Kafka's HashSet order)."""
     highest_offset: int | None
     size: int
     routing: tuple[tuple[int, Uuid | None], ...] = ()
     """(offset, id of the segment ``remote_log_segment_metadata`` serves there), ascending."""
+
+
+def _runs(listed: Iterable[tuple[int, Uuid]]) -> tuple[tuple[int, frozenset[Uuid]], ...]:
+    """(start offset, id) pairs in listing order as runs of equal start offsets (adjacent runs
+    of the same start merged): an order among equal starts does not show, any other does."""
+    runs: list[tuple[int, set[Uuid]]] = []
+    for start, segment_id in listed:
+        if runs and runs[-1][0] == start:
+            runs[-1][1].add(segment_id)
+        else:
+            runs.append((start, {segment_id}))
+    return tuple((start, frozenset(ids)) for start, ids in runs)
 
 
 def _segment_order(segment: RemoteLogSegmentMetadata) -> tuple[int, int, str]:
@@ -124,7 +141,9 @@ class PartitionState:
             size = state.size - sum(
                 s.segment_size_in_bytes for s in removed if state.epoch in s.segment_leader_epochs
             )
-            listing = tuple(i for i in state.listing if i not in drop)
+            listing = _runs(
+                (start, i) for start, ids in state.listing for i in sorted(ids - drop, key=str)
+            )
             epochs.append(replace(state, listing=listing, size=size))
         return replace(self, segments=kept, epochs=tuple(epochs))
 
@@ -144,8 +163,9 @@ def logical_state(reader: MetadataReader, topic_id_partition: TopicIdPartition) 
         return PartitionState(tip, True, delete_state=delete_state)
     epochs = []
     for epoch in sorted({e for s in segments for e in s.segment_leader_epochs}):
-        listing = tuple(
-            s.remote_log_segment_id.id for s in reader.list_remote_log_segments(tip, epoch)
+        listing = _runs(
+            (s.start_offset, s.remote_log_segment_id.id)
+            for s in reader.list_remote_log_segments(tip, epoch)
         )
         routing = []
         for offset in _probes(segments, epoch):
@@ -179,6 +199,13 @@ def _probes(segments: Collection[RemoteLogSegmentMetadata], epoch: int) -> list[
 
 
 _UNASKED = object()
+
+
+def _listing_text(listing: tuple[tuple[int, frozenset[Uuid]], ...]) -> str:
+    """``[0: {id}, 100: {id, id}]``: each run's start offset and ids (sorted: their order is
+    not compared)."""
+    runs = (f"{start}: {{{', '.join(sorted(str(i) for i in ids))}}}" for start, ids in listing)
+    return f"[{', '.join(runs)}]"
 
 
 def _served(routing: Mapping[int, Uuid | None], offset: int) -> str:
@@ -262,8 +289,8 @@ def diff(a: PartitionState, b: PartitionState) -> list[str]:
             continue
         if x_epoch.listing != y_epoch.listing:
             out.append(
-                f"leader epoch {epoch}: listing {[str(i) for i in x_epoch.listing]} vs "
-                f"{[str(i) for i in y_epoch.listing]}"
+                f"leader epoch {epoch}: listing {_listing_text(x_epoch.listing)} vs "
+                f"{_listing_text(y_epoch.listing)}"
             )
         if x_epoch.highest_offset != y_epoch.highest_offset:
             out.append(
