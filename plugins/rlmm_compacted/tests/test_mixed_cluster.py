@@ -17,6 +17,18 @@ them. What must hold (issue 13, "Mixed clusters"):
   Kafka's and ours, with exactly the fields tierlog decodes (Kafka's ``toString()`` line);
 - no tombstone is ever written, not even after segment and partition deletions, nor by the
   cleanup manager, which finds orphan keys but writes nothing at level 0.
+
+The compacted RLMM writes in Kafka transactions, and aborts the ones that fail. Kafka's TBRLMM
+reads with the Java consumer's default ``isolation.level=read_uncommitted``, so a broker reading
+the same topic applies the records of an aborted transaction as if they were committed, unless
+the operator gives its RLMM's consumer ``read_committed``
+(``rlmm.config.remote.log.metadata.consumer.isolation.level=read_committed`` in
+``server.properties``: the plugin README's mixed-cluster step). The second test shows both
+sides on a broker of each kind: an aborted DELETE_SEGMENT_STARTED of the segment holding offset
+0 of Kafka's own topic makes a ``read_uncommitted`` broker stop serving that offset and delete
+the segment from remote storage (its expiration task finishes what it takes for an interrupted
+deletion); a ``read_committed`` broker ignores it, serves the offset, and applies the same
+record once it comes committed.
 """
 
 from __future__ import annotations
@@ -38,19 +50,28 @@ from _scenario_support import (
     read_records,
     wait_until,
 )
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicCollection
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicCollection,
+)
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from services._common import Service
 from services.kafka import run_kafka_class
 from tierlog_rlmm_compacted import CompactedRemoteLogMetadataManager
+from tierlog_rlmm_compacted.keys import MetadataKey
 from tierlog_rlmm_compacted.topics import (
     KAFKA_METADATA_TOPIC,
     CompactionRefusedError,
     enable_compaction,
     kafka_readers,
 )
-from tierlog_rlmm_compacted.values import decode_value
+from tierlog_rlmm_compacted.values import ProjectionValue, decode_value, encode_value
+from tierlog_rlmm_topic.client_factory import close_client
 
 from tierlog.conformance.rlmm_suite import (
     DELETE_FINISHED,
@@ -92,6 +113,11 @@ FORMATTER = (
 )
 KAFKA_CONSUMER_TASK_ERROR = "Error occurred while processing the records"
 """What Kafka's ConsumerTask logs before it stops for good on a record it cannot process."""
+KAFKA_RLMM_CONSUMER_ISOLATION = "rlmm.config.remote.log.metadata.consumer.isolation.level"
+"""The broker's setting for its RLMM's consumer (``remote.log.metadata.manager.impl.prefix``
+``rlmm.config.``, then Kafka's ``remote.log.metadata.consumer.`` prefix)."""
+QUICK_TASKS = {"log.retention.check.interval.ms": "1000", "log.initial.task.delay.ms": "0"}
+"""Local copies deleted within a second of being tiered (``local.retention.bytes=1``)."""
 
 
 @pytest.fixture
@@ -299,10 +325,7 @@ def test_kafka_tiers_on_while_the_compacted_rlmm_writes_keyed_records(
     opened: list[RemoteLogMetadataManager],
     tmp_path: Path,
 ) -> None:
-    broker = kafka_factory(
-        tiered_storage=tmp_path / "tiered-storage",
-        properties={"log.retention.check.interval.ms": "1000", "log.initial.task.delay.ms": "0"},
-    )
+    broker = kafka_factory(tiered_storage=tmp_path / "tiered-storage", properties=QUICK_TASKS)
     servers = broker.url
     admin = AdminClient({"bootstrap.servers": servers})
     name = f"kafka-tiered-{uuid.uuid4().hex[:10]}"
@@ -383,3 +406,201 @@ def test_kafka_tiers_on_while_the_compacted_rlmm_writes_keyed_records(
     tierlog = [format_record(r.partition, r.offset, event_of(r)) for r in records]
     assert sorted(kafka) == sorted(tierlog)
     assert len(kafka) == len(records)
+
+
+def first_record(servers: str, topic: str) -> bytes | KafkaError:
+    """What the broker serves at offset 0 of ``topic``-0: the record's value, or the error of
+    the fetch. No offset reset (``auto.offset.reset=error``): an offset the broker cannot serve
+    is an error here, not a silent jump."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"tierlog-mixed-first-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+        }
+    )
+    found: list[bytes | KafkaError] = []
+    try:
+        consumer.assign([KafkaTopicPartition(topic, 0, 0)])
+
+        def read() -> bool:
+            message = consumer.poll(0.5)
+            if message is None:
+                return False
+            error = message.error()
+            if error is not None:
+                if error.retriable():
+                    return False
+                found.append(error)
+                return True
+            assert message.offset() == 0, f"the first record read is at {message.offset()}"
+            value = message.value()
+            assert value is not None
+            found.append(value)
+            return True
+
+        wait_until(read, f"the broker to answer a fetch of {topic}-0 at offset 0", interval=0)
+    finally:
+        consumer.close()
+    return found[0]
+
+
+def first_segment(records: list[Rec], tip: TopicIdPartition) -> RemoteLogSegmentMetadata:
+    """Kafka's add record of the segment of ``tip`` that starts at offset 0 and whose copy
+    finished, from the records of the metadata partition."""
+    finished = {
+        event.remote_log_segment_id
+        for r in records
+        if isinstance(event := event_of(r), RemoteLogSegmentMetadataUpdate)
+        and event.state is FINISHED
+    }
+    (found,) = [
+        event
+        for r in records
+        if isinstance(event := event_of(r), RemoteLogSegmentMetadata)
+        and event.topic_id_partition.topic_id == tip.topic_id
+        and event.start_offset == 0
+        and event.remote_log_segment_id in finished
+    ]
+    return found
+
+
+def broker_deleted(records: list[Rec], seg: RemoteLogSegmentMetadata, broker_id: int) -> bool:
+    """Whether the broker published the DELETE_SEGMENT_FINISHED of ``seg`` (its own record:
+    null key, its broker id)."""
+    return any(
+        r.key is None
+        and isinstance(event := event_of(r), RemoteLogSegmentMetadataUpdate)
+        and event.remote_log_segment_id == seg.remote_log_segment_id
+        and event.state is DELETE_FINISHED
+        and event.broker_id == broker_id
+        for r in records
+    )
+
+
+def transact(servers: str, record: tuple[int, bytes, bytes], *, commit: bool) -> int:
+    """Produce ``record`` (metadata partition, key, value) to ``__remote_log_metadata`` in one
+    transaction of a producer of its own, committed or aborted; its offset."""
+    partition, key, value = record
+    producer = Producer(
+        {
+            "bootstrap.servers": servers,
+            "transactional.id": f"tierlog-mixed-txn-{uuid.uuid4().hex}",
+            "acks": "all",
+        }
+    )
+    offsets: list[int] = []
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        assert error is None, error
+        offset = message.offset()
+        assert offset is not None
+        offsets.append(offset)
+
+    try:
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.produce(
+            KAFKA_METADATA_TOPIC, value, key, partition=partition, on_delivery=delivered
+        )
+        assert producer.flush(60) == 0
+        if commit:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+    finally:
+        close_client(producer)
+    assert len(offsets) == 1
+    return offsets[0]
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+def test_a_kafka_broker_applies_an_aborted_transaction_unless_its_rlmm_reads_committed(
+    kafka_factory: Callable[..., Service], tmp_path: Path, isolation: str
+) -> None:
+    # read_uncommitted is Kafka's default: the broker is started without the setting.
+    properties = dict(QUICK_TASKS)
+    if isolation == "read_committed":
+        properties[KAFKA_RLMM_CONSUMER_ISOLATION] = "read_committed"
+    broker = kafka_factory(tiered_storage=tmp_path / "tiered-storage", properties=properties)
+    servers = broker.url
+    admin = AdminClient({"bootstrap.servers": servers})
+    name = f"kafka-tiered-{uuid.uuid4().hex[:10]}"
+    kafka_tip = create_kafka_topic(admin, name)
+    shared = partition_of(kafka_tip)
+
+    # Kafka tiers its first segments and deletes their local copies: offset 0 is served remotely.
+    produce(servers, name, range(RECORDS_BEFORE))
+    wait_until(
+        lambda: tiered(read_records(servers, KAFKA_METADATA_TOPIC), kafka_tip) >= 3,
+        f"Kafka to tier three segments of {name}",
+        interval=1.0,
+    )
+    wait_until(
+        lambda: local_log_start(broker, name) > 0,
+        f"Kafka to delete the local copies of {name}'s first segments",
+        interval=1.0,
+    )
+    assert first_record(servers, name) == value_of(0)
+
+    # A keyed DELETE_SEGMENT_STARTED of that segment, as the compacted RLMM writes it, aborted.
+    seg = first_segment(read_records(servers, KAFKA_METADATA_TOPIC), kafka_tip)
+    deletion = update_of(
+        seg, DELETE_STARTED, custom_metadata=seg.custom_metadata, broker_id=OUR_NODE_ID
+    )
+    record = (
+        shared,
+        MetadataKey.of(kafka_tip, seg.end_offset, 0).encode(),
+        encode_value(ProjectionValue(deletion, 0, seg.end_offset, seg)),
+    )
+    aborted = transact(servers, record, commit=False)
+    in_log = read_records(servers, KAFKA_METADATA_TOPIC, isolation="read_uncommitted")
+    assert any(r.partition == shared and r.offset == aborted for r in in_log)
+    committed = read_records(servers, KAFKA_METADATA_TOPIC)
+    assert not any(r.partition == shared and r.offset == aborted for r in committed)
+
+    # Kafka tiers a segment whose records come after the aborted one: each upload waits until
+    # the broker's consumer has read its record back, so it has read past the aborted record.
+    produce(servers, name, range(RECORDS_BEFORE, RECORDS_BEFORE + RECORDS_AFTER))
+    wait_until(
+        lambda: (
+            tiered(
+                [r for r in read_records(servers, KAFKA_METADATA_TOPIC) if r.partition == shared],
+                kafka_tip,
+                from_offset=aborted + 1,
+            )
+            >= 1
+        ),
+        f"Kafka to tier a segment of {name} after the aborted transaction",
+        interval=1.0,
+    )
+
+    if isolation == "read_uncommitted":
+        # The broker applied the aborted deletion: offset 0 is served by no segment any more,
+        # and its expiration task deletes the segment from remote storage (data loss).
+        served = first_record(servers, name)
+        assert isinstance(served, KafkaError), "a read_uncommitted broker still serves offset 0"
+        assert served.code() == KafkaError._AUTO_OFFSET_RESET, served
+        wait_until(
+            lambda: broker_deleted(read_records(servers, KAFKA_METADATA_TOPIC), seg, 1),
+            f"the broker to delete segment {seg.remote_log_segment_id} from remote storage",
+            interval=1.0,
+        )
+        return
+
+    # read_committed: the aborted deletion was skipped; the broker serves offset 0 as before.
+    served = first_record(servers, name)
+    assert served == value_of(0), f"a read_committed broker applied an aborted deletion: {served}"
+    assert not broker_deleted(read_records(servers, KAFKA_METADATA_TOPIC), seg, 1)
+    # The same record committed is applied: what was skipped was the abort, not the record.
+    transact(servers, record, commit=True)
+    wait_until(
+        lambda: broker_deleted(read_records(servers, KAFKA_METADATA_TOPIC), seg, 1),
+        f"the broker to apply the committed deletion of segment {seg.remote_log_segment_id}",
+        interval=1.0,
+    )
+    served = first_record(servers, name)
+    assert isinstance(served, KafkaError), "offset 0 still served after a committed deletion"
+    assert served.code() == KafkaError._AUTO_OFFSET_RESET, served
+    assert KAFKA_CONSUMER_TASK_ERROR not in broker.log_path.read_text(errors="replace")
