@@ -19,8 +19,9 @@ CORE = ROOT / "core" / "tierlog"
 PLUGIN_SOURCES = sorted([*ROOT.glob("plugins/*/tierlog_*"), *ROOT.glob("examples/*/src/tierlog_*")])
 
 # What a plugin may import from the core: the contracts, the object-store toolkit, the
-# conformance suite, Kafka's metadata records, partitioner and cache (what an RLMM on a Kafka
-# topic is built from), progress reporting, and the top-level package for ``hookimpl``.
+# conformance suite, Kafka's metadata records, partitioner, cache and topic reader (what an RLMM
+# on a Kafka topic is built from), progress reporting, Java properties, and the top-level package
+# for ``hookimpl``.
 PLUGIN_ALLOWED = (
     "tierlog.spi",
     "tierlog.storage",
@@ -30,11 +31,6 @@ PLUGIN_ALLOWED = (
     "tierlog.properties",
 )
 PLUGIN_ALLOWED_FROM_TOP = frozenset({"hookimpl", "__version__"})
-PLUGIN_EXCEPTIONS = {
-    # `tierlog metadata migrate` (the compacted RLMM's) reads the topic with the reader and client
-    # configuration of `tierlog metadata dump`; to be made a public module of tierlog.metadata.
-    ("tierlog_rlmm_compacted/migration.py", "tierlog.cli._metadata_dump"),
-}
 
 
 def _python_files(*roots: Path) -> list[Path]:
@@ -97,10 +93,8 @@ def test_plugins_depend_only_on_spi_storage_and_conformance(path: Path) -> None:
             extra = set(names) - PLUGIN_ALLOWED_FROM_TOP
             if extra or not names:
                 bad.append(f"{line}: imports {sorted(extra) or 'tierlog'} from the top level")
-        elif (
-            _is_within(module, "tierlog")
-            and not any(_is_within(module, allowed) for allowed in PLUGIN_ALLOWED)
-            and (f"{path.parent.name}/{path.name}", module) not in PLUGIN_EXCEPTIONS
+        elif _is_within(module, "tierlog") and not any(
+            _is_within(module, allowed) for allowed in PLUGIN_ALLOWED
         ):
             bad.append(f"{line}: imports {module}")
     assert not bad, f"{path.relative_to(ROOT)}:\n" + "\n".join(bad)

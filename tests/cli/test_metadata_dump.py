@@ -10,7 +10,8 @@ form, the keys of keyed records (the compacted RLMM's, KAFKA-20033) and their to
 client settings (a SASL/PLAIN broker through ``--command-config``), a record that does
 not decode (a line in its place, the rest still shown, exit 1) and an unreachable cluster (one
 line, exit 2). The comparison with Kafka's own formatter is in
-``tests/integration/test_kafka_formatter.py``.
+``tests/integration/test_kafka_formatter.py``; the reader itself, ``client_config`` and the JAAS
+line are tested in ``tests/metadata/test_topic_reader.py``.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from services._common import Service, free_ports
 
 from tierlog.cli import _metadata_dump, main
-from tierlog.cli._metadata_dump import MISSING_CLIENT, client_config, jaas_credentials
+from tierlog.cli._metadata_dump import MISSING_CLIENT
 from tierlog.metadata import (
     RemoteLogSegmentMetadataSnapshot,
+    client_config,
     decode_record,
     encode_record,
     format_record,
@@ -48,7 +50,6 @@ from tierlog.metadata import (
 )
 from tierlog.metadata.formatter import format_key, key_text
 from tierlog.spi import (
-    ConfigError,
     CustomMetadata,
     MetadataRecordError,
     RemoteLogSegmentId,
@@ -1006,135 +1007,6 @@ def test_command_config_with_sasl_plain_jaas(
         "settings (--command-config): "
     )
     assert "SASL authentication error" in err
-
-
-# client_config and the JAAS line (no broker) ------------------------------------------------------
-def test_client_config_passes_security_settings_and_translates_the_jaas_line() -> None:
-    props = {
-        "security.protocol": "sasl_ssl",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-        'username=\'bob\' password="p\\"w\\\\d";',
-        "ssl.ca.location": "/etc/ca.pem",
-        "ssl.endpoint.identification.algorithm": "",
-        "client.id": "me",
-    }
-    assert client_config(props) == {
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": "bob",
-        "sasl.password": 'p"w\\d',
-        "ssl.ca.location": "/etc/ca.pem",
-        "ssl.endpoint.identification.algorithm": "none",
-        "client.id": "me",
-    }
-
-
-def test_client_config_takes_librdkafka_credentials_and_a_pem_trust_store() -> None:
-    props = {
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": "u",
-        "sasl.password": "p",
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": "/ca.pem",
-    }
-    assert client_config(props) == {
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": "u",
-        "sasl.password": "p",
-        "ssl.ca.location": "/ca.pem",
-    }
-
-
-@pytest.mark.parametrize(
-    ("props", "message"),
-    [
-        (
-            {"sasl.jaas.config": PLAIN_JAAS},
-            "sasl.jaas.config uses PlainLoginModule but sasl.mechanism is not set (Kafka: GSSAPI): "
-            "set sasl.mechanism=PLAIN",
-        ),
-        (
-            {
-                "sasl.mechanism": "PLAIN",
-                "sasl.jaas.config": PLAIN_JAAS.replace("plain.Plain", "scram.Scram"),
-            },
-            "sasl.jaas.config uses ScramLoginModule but sasl.mechanism is PLAIN: set "
-            "sasl.mechanism=SCRAM-SHA-256 or SCRAM-SHA-512",
-        ),
-        (
-            {
-                "sasl.mechanism": "OAUTHBEARER",
-                "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
-                "OAuthBearerLoginModule required;",
-            },
-            "sasl.jaas.config uses org.apache.kafka.common.security.oauthbearer."
-            "OAuthBearerLoginModule; only Kafka's PlainLoginModule and ScramLoginModule "
-            "(username and password) are supported",
-        ),
-        (
-            {
-                "sasl.mechanism": "PLAIN",
-                "sasl.jaas.config": PLAIN_JAAS.replace(' password="alice-secret"', ""),
-            },
-            "sasl.jaas.config has no password",
-        ),
-        (
-            {"sasl.mechanism": "PLAIN", "sasl.jaas.config": PLAIN_JAAS, "sasl.username": "bob"},
-            "sasl.username and the username of sasl.jaas.config differ",
-        ),
-        (
-            {"ssl.truststore.location": "/ts.jks"},
-            "ssl.truststore.location is a JKS trust store, which librdkafka cannot read: give the "
-            "CA certificates as a PEM file in ssl.ca.location (or ssl.truststore.type=PEM)",
-        ),
-        (
-            {"security.protocol": "TLS"},
-            "security.protocol=TLS is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL",
-        ),
-    ],
-)
-def test_client_config_refuses_what_librdkafka_cannot_do(
-    props: dict[str, str], message: str
-) -> None:
-    with pytest.raises(ConfigError) as info:
-        client_config(props, source="client.properties")
-    assert str(info.value) == f"client.properties: {message}"
-
-
-@pytest.mark.parametrize(
-    ("jaas", "module", "options"),
-    [
-        (PLAIN_JAAS, "org.apache.kafka.common.security.plain.PlainLoginModule",
-         {"username": "alice", "password": "alice-secret"}),
-        ("  x.Y   REQUIRED  a = b  c='d e';  ", "x.Y", {"a": "b", "c": "d e"}),
-        ('x.Y optional /* a comment */ user="a\\tb" // to the end of line\n pw="\\101\\q";',
-         "x.Y", {"user": "a\tb", "pw": "Aq"}),
-        ("x.Y sufficient;", "x.Y", {}),
-    ],
-)  # fmt: skip
-def test_jaas_lines_are_parsed_as_kafka_does(
-    jaas: str, module: str, options: dict[str, str]
-) -> None:
-    assert jaas_credentials(jaas) == (module, options)
-
-
-@pytest.mark.parametrize(
-    "jaas",
-    [
-        "x.Y required a=b",  # no ';'
-        "x.Y required a=b; z.W required c=d;",  # two modules
-        "x.Y maybe a=b;",  # not a control flag
-        "x.Y required a b;",  # not key=value
-        "x.Y required a=;",
-        "required;",
-    ],
-)
-def test_bad_jaas_lines_are_config_errors(jaas: str) -> None:
-    with pytest.raises(ConfigError):
-        jaas_credentials(jaas)
 
 
 def test_the_command_runs_from_its_module_entry_point() -> None:

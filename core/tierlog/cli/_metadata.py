@@ -1,7 +1,8 @@
 """``tierlog metadata``: decode, encode and place ``__remote_log_metadata`` records, dump a
-metadata topic of a Kafka cluster (``dump``, in ``tierlog.cli._metadata_dump``), and migrate a
-legacy metadata topic to the compacted RLMM's keyed projection (``migrate``: the arguments here,
-the work in the ``tierlog-rlmm-compacted`` plugin, imported when the command runs).
+metadata topic of a Kafka cluster (``dump``, in ``tierlog.cli._metadata_dump``, with the
+arguments both commands reach the cluster by), and migrate a legacy metadata topic to the
+compacted RLMM's keyed projection (``migrate``: the arguments here, the work in the
+``tierlog-rlmm-compacted`` plugin, imported when the command runs).
 
 ``decode`` prints exactly what ``encode`` takes, so ``tierlog metadata decode HEX |
 tierlog metadata encode -`` gives back ``HEX``.
@@ -16,7 +17,7 @@ import string
 import sys
 from typing import Any
 
-from tierlog.cli._metadata_dump import DEFAULT_TIMEOUT_S, _positive_seconds, add_dump_parser
+from tierlog.cli._metadata_dump import add_client_arguments, add_dump_parser
 from tierlog.spi import (
     InvalidArgumentError,
     MetadataRecordError,
@@ -153,18 +154,10 @@ def add_migrate_parser(sub: Any) -> None:
         "min.cleanable.dirty.ratio=0.1, delete.retention.ms=86400000, segment.ms=3600000); "
         "repeatable; as remote.log.metadata.topic.config.NAME of the compacted RLMM",
     )
-    migrate.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="client properties as for Kafka's tools (see `tierlog metadata dump --help`)",
-    )
-    migrate.add_argument(
-        "--timeout",
-        type=_positive_seconds,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="SECONDS",
-        help="give up when the cluster does not answer, or a read makes no progress, for this "
-        f"long (default {DEFAULT_TIMEOUT_S:g})",
+    add_client_arguments(
+        migrate,
+        command_config_help="client properties as for Kafka's tools (see `tierlog metadata "
+        "dump --help`)",
     )
     migrate.add_argument(
         "--dry-run",

@@ -41,13 +41,15 @@ compare with Kafka's output:
   tombstone whose key is a compacted RLMM key naming a kept topic id and partition, and leave
   out any other tombstone (it names no topic).
 - ``--command-config FILE`` takes the Java properties file given to Kafka's tools
-  (``client_config``: security protocol, SASL mechanism and credentials, including a PLAIN or
-  SCRAM ``sasl.jaas.config``, TLS files in PEM).
+  (``tierlog.metadata.topic_reader.client_config``: security protocol, SASL mechanism and
+  credentials, including a PLAIN or SCRAM ``sasl.jaas.config``, TLS files in PEM).
 - A cluster that does not answer within ``--timeout`` seconds, or a read that makes no progress
   for as long, ends the command with one line on stderr and exit status 2.
 
-confluent-kafka (librdkafka) is the client. It is a dependency of the ``tierlog-rlmm-topic``
-plugin, not of tierlog itself, so it is imported only when the command runs.
+The reading is ``tierlog.metadata.topic_reader.MetadataTopicReader`` (what ``tierlog metadata
+migrate`` reads with too); this module chooses the partitions and prints. confluent-kafka
+(librdkafka) is the client, a dependency of the ``tierlog-rlmm-topic`` plugin, not of tierlog
+itself: it is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -58,42 +60,32 @@ import json
 import logging
 import re
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
+from tierlog.metadata.topic_reader import DEFAULT_TIMEOUT_S, TopicRecord, missing_client_message
 from tierlog.spi import (
-    ConfigError,
     InvalidArgumentError,
     MetadataRecordError,
-    TierlogError,
     TopicIdPartition,
     Uuid,
 )
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer  # type: ignore[import-not-found, unused-ignore]
-
     from tierlog.metadata.serde import DecodedRecord
-    from tierlog.progress import Progress
 
-__all__ = ["add_dump_parser", "client_config", "jaas_credentials", "run_dump"]
+__all__ = ["add_client_arguments", "add_dump_parser", "run_dump"]
 
 _LOG = logging.getLogger(__name__)
-_CLIENT_LOG = _LOG.getChild("librdkafka")
 
 DEFAULT_TOPIC: Final = "__remote_log_metadata"
-DEFAULT_TIMEOUT_S: Final = 30.0
 INT32_MAX: Final = 2**31 - 1
-MISSING_CLIENT: Final = (
-    "tierlog metadata dump --bootstrap-servers needs confluent-kafka: pip install "
-    "plugins/rlmm_topic (or pip install confluent-kafka)"
-)
+PURPOSE: Final = "tierlog metadata dump --bootstrap-servers"
+"""What needs confluent-kafka, in the message when it is missing."""
+MISSING_CLIENT: Final = missing_client_message(PURPOSE)
 PROGRESS_MIN_RECORDS: Final = 200_000
 """Dumps of fewer records than this show no progress on stderr."""
-_BATCH: Final = 1000
-_POLL_S: Final = 0.5
 
 
 # Arguments --------------------------------------------------------------------------------------
@@ -105,6 +97,20 @@ def _positive_seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def add_client_arguments(parser: Any, *, command_config_help: str) -> None:
+    """``--command-config`` and ``--timeout``: how a ``tierlog metadata`` command that reads a
+    topic of the cluster (``dump``, ``migrate``) reaches it."""
+    parser.add_argument("--command-config", metavar="FILE", help=command_config_help)
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up when the cluster does not answer, or a read makes no progress, for this "
+        f"long (default {DEFAULT_TIMEOUT_S:g})",
+    )
 
 
 def add_dump_parser(sub: Any) -> None:
@@ -165,21 +171,12 @@ def add_dump_parser(sub: Any) -> None:
         "record) or json (one object per line: partition, offset, key (hex) and key_text (UTF-8) "
         "of a keyed record, and the JSON of `tierlog metadata decode`)",
     )
-    dump.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="client properties as for Kafka's tools: security.protocol, sasl.mechanism, "
-        "sasl.jaas.config (PLAIN or SCRAM), sasl.username, sasl.password, ssl.ca.location, "
-        "ssl.truststore.location (PEM), ssl.certificate.location, ssl.key.location, "
-        "ssl.key.password, ssl.endpoint.identification.algorithm",
-    )
-    dump.add_argument(
-        "--timeout",
-        type=_positive_seconds,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="SECONDS",
-        help="give up when the cluster does not answer, or a read makes no progress, for this "
-        f"long (default {DEFAULT_TIMEOUT_S:g})",
+    add_client_arguments(
+        dump,
+        command_config_help="client properties as for Kafka's tools: security.protocol, "
+        "sasl.mechanism, sasl.jaas.config (PLAIN or SCRAM), sasl.username, sasl.password, "
+        "ssl.ca.location, ssl.truststore.location (PEM), ssl.certificate.location, "
+        "ssl.key.location, ssl.key.password, ssl.endpoint.identification.algorithm",
     )
     dump.add_argument(
         "--follow",
@@ -187,181 +184,6 @@ def add_dump_parser(sub: Any) -> None:
         help="after the dump, print new records as they arrive (in arrival order) until Ctrl-C",
     )
     dump.set_defaults(handler=run_dump)
-
-
-# Client configuration (--command-config) --------------------------------------------------------
-_PASS_THROUGH: Final = frozenset(
-    {
-        # Same name and meaning in Kafka's Java clients and in librdkafka.
-        "security.protocol",
-        "sasl.mechanism",
-        "ssl.key.password",
-        "client.id",
-        # librdkafka's names, accepted as they are.
-        "sasl.username",
-        "sasl.password",
-        "ssl.ca.location",
-        "ssl.certificate.location",
-        "ssl.key.location",
-    }
-)
-_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_LOGIN_MODULES: Final = {
-    "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
-    "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
-}
-_JAAS_TOKEN: Final = re.compile(
-    r"""\s+|//[^\n]*|/\*.*?\*/|(?P<quoted>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')"""
-    r"""|(?P<word>[^\s=;"'/]+)|(?P<punct>[=;])""",
-    re.S,
-)
-_JAVA_ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "a": "\a", "v": "\v"}
-
-
-def _unquote(token: str) -> str:
-    """A quoted string of Java's ``StreamTokenizer`` (what Kafka's ``JaasConfig`` parses with):
-    the quotes removed, ``\\n``-style and octal escapes replaced, any other escaped character
-    standing for itself."""
-    body = token[1:-1]
-    out: list[str] = []
-    i = 0
-    while i < len(body):
-        char = body[i]
-        if char != "\\" or i + 1 == len(body):
-            out.append(char)
-            i += 1
-            continue
-        nxt = body[i + 1]
-        if nxt in "01234567":
-            digits = re.match(r"[0-7]{1,3}", body[i + 1 :])
-            assert digits is not None
-            text = digits.group(0)
-            if len(text) == 3 and text[0] > "3":  # StreamTokenizer: at most \377
-                text = text[:2]
-            out.append(chr(int(text, 8)))
-            i += 1 + len(text)
-            continue
-        out.append(_JAVA_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
-
-
-def jaas_credentials(jaas: str) -> tuple[str, dict[str, str]]:
-    """The login module and options of a client's ``sasl.jaas.config`` value, parsed as Kafka's
-    ``JaasConfig`` does: ``<LoginModule class> <flag> key=value ...;`` with exactly one module,
-    values quoted (``"..."`` or ``'...'``, Java escapes) or bare, ``//`` and ``/* */`` comments.
-
-    Raises ``ConfigError`` in Kafka's terms for anything else.
-    """
-    tokens: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(jaas):
-        match = _JAAS_TOKEN.match(jaas, pos)
-        if match is None:
-            raise ConfigError(
-                f"sasl.jaas.config: unexpected {jaas[pos]!r} at position {pos} of {jaas!r}"
-            )
-        pos = match.end()
-        if match.group("quoted"):
-            tokens.append(("value", _unquote(match.group("quoted"))))
-        elif match.group("word"):
-            tokens.append(("word", match.group("word")))
-        elif match.group("punct"):
-            tokens.append((match.group("punct"), match.group("punct")))
-    modules = sum(1 for kind, _ in tokens if kind == ";")
-    if modules != 1 or tokens[-1][0] != ";":
-        raise ConfigError(
-            "sasl.jaas.config must hold exactly one login module ending with ';', as "
-            "'org.apache.kafka.common.security.plain.PlainLoginModule required "
-            f'username="..." password="...";\' (found {modules} terminated modules)'
-        )
-    if len(tokens) < 3 or tokens[0][0] != "word" or tokens[1][0] != "word":
-        raise ConfigError("sasl.jaas.config: a login module class and a control flag come first")
-    module, flag = tokens[0][1], tokens[1][1]
-    if flag.lower() not in ("required", "requisite", "sufficient", "optional"):
-        raise ConfigError(f"sasl.jaas.config: invalid control flag {flag!r}")
-    options: dict[str, str] = {}
-    rest = tokens[2:-1]
-    for index in range(0, len(rest), 3):
-        part = rest[index : index + 3]
-        if len(part) != 3 or part[0][0] != "word" or part[1][0] != "=" or part[2][0] == "=":
-            raise ConfigError(
-                f"sasl.jaas.config: options of {module} must be key=value pairs, as "
-                'username="alice"'
-            )
-        options[part[0][1]] = part[2][1]
-    return module, options
-
-
-def client_config(props: Mapping[str, str], *, source: str = "--command-config") -> dict[str, str]:
-    """The librdkafka settings of Kafka client properties (a Kafka tool's ``--command-config``).
-
-    Passed through: ``security.protocol``, ``sasl.mechanism``, ``sasl.username``,
-    ``sasl.password``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``,
-    ``ssl.key.password``, ``client.id``. Translated: ``sasl.jaas.config`` with Kafka's PLAIN or
-    SCRAM login module (its ``username`` and ``password``), ``ssl.truststore.location`` of a
-    ``ssl.truststore.type=PEM`` trust store (to ``ssl.ca.location``),
-    ``ssl.endpoint.identification.algorithm`` (Kafka's empty value to librdkafka's ``none``).
-    Kafka's defaults hold as in Kafka: no ``sasl.mechanism`` means GSSAPI, so a PLAIN login module
-    without ``sasl.mechanism=PLAIN`` is an error here rather than a failed handshake later. Other
-    keys are logged as ignored. Raises ``ConfigError`` for what librdkafka cannot do (JKS or
-    PKCS12 trust stores, other login modules).
-    """
-    out: dict[str, str] = {}
-    ignored: list[str] = []
-    for key, value in props.items():
-        if key in _PASS_THROUGH:
-            out[key] = value.strip()
-        elif key in ("sasl.jaas.config", "ssl.truststore.type", "ssl.truststore.location"):
-            pass
-        elif key == "ssl.endpoint.identification.algorithm":
-            out[key] = value.strip() or "none"
-        else:
-            ignored.append(key)
-    if ignored:
-        _LOG.warning("%s: ignored (not a client security setting): %s", source, ", ".join(ignored))
-    protocol = out.get("security.protocol")
-    if protocol is not None:
-        protocol = out["security.protocol"] = protocol.upper()
-        if protocol not in _SECURITY_PROTOCOLS:
-            raise ConfigError(
-                f"{source}: security.protocol={protocol} is not one of "
-                f"{', '.join(_SECURITY_PROTOCOLS)}"
-            )
-    truststore = props.get("ssl.truststore.location", "").strip()
-    if truststore:
-        kind = props.get("ssl.truststore.type", "JKS").strip().upper()
-        if kind != "PEM":
-            raise ConfigError(
-                f"{source}: ssl.truststore.location is a {kind} trust store, which librdkafka "
-                "cannot read: give the CA certificates as a PEM file in ssl.ca.location (or "
-                "ssl.truststore.type=PEM)"
-            )
-        if out.setdefault("ssl.ca.location", truststore) != truststore:
-            raise ConfigError(f"{source}: ssl.truststore.location and ssl.ca.location differ")
-    jaas = props.get("sasl.jaas.config", "").strip()
-    if jaas:
-        module, options = jaas_credentials(jaas)
-        mechanisms = _LOGIN_MODULES.get(module)
-        if mechanisms is None:
-            raise ConfigError(
-                f"{source}: sasl.jaas.config uses {module}; only Kafka's PlainLoginModule and "
-                "ScramLoginModule (username and password) are supported"
-            )
-        mechanism = out.get("sasl.mechanism", "").upper()
-        if mechanism not in mechanisms:
-            raise ConfigError(
-                f"{source}: sasl.jaas.config uses {module.rsplit('.', 1)[-1]} but sasl.mechanism "
-                f"is {mechanism or 'not set (Kafka: GSSAPI)'}: set sasl.mechanism="
-                f"{' or '.join(mechanisms)}"
-            )
-        for option in ("username", "password"):
-            if option not in options:
-                raise ConfigError(f"{source}: sasl.jaas.config has no {option}")
-            key = f"sasl.{option}"
-            if out.setdefault(key, options[option]) != options[option]:
-                raise ConfigError(f"{source}: {key} and the {option} of sasl.jaas.config differ")
-    return out
 
 
 # Selection --------------------------------------------------------------------------------------
@@ -571,226 +393,20 @@ class LinePrinter:
     def _dumps(obj: Mapping[str, Any]) -> str:
         return json.dumps(obj, ensure_ascii=False)
 
+    def print_records(self, records: Sequence[TopicRecord]) -> None:
+        """Print the lines of ``records`` the filters keep."""
+        lines = []
+        for record in records:
+            line = self.line(record.partition, record.offset, record.key, record.value)
+            if line is not None:
+                lines.append(line)
+        self.write(lines)
+
     def write(self, lines: Sequence[str]) -> None:
         if lines:
             self.stats.shown += len(lines)
             self._out.write("\n".join(lines) + "\n")
             self._out.flush()
-
-
-# The client -------------------------------------------------------------------------------------
-_REFUSED: Final = ("authentication", "ssl handshake", "certificate verify")
-"""Words of librdkafka's log lines when the cluster answered but refused the credentials or TLS."""
-_CLIENT_LOG_PREFIX: Final = re.compile(r"^\w+ \[[^\]]*\] \[thrd:[^\]]*\]: ")
-
-
-class _ClientLog:
-    """librdkafka's log lines, to this module's logger at debug level (``tierlog -vv`` shows
-    them); the last warning or error is kept for the message of a failure."""
-
-    def __init__(self, refusals: frozenset[int] = frozenset()) -> None:
-        self.last_problem: str | None = None
-        self.refused = False
-        self._refusals = refusals
-
-    def error(self, error: Any) -> None:
-        """The client's ``error_cb``: remembers a refused authentication."""
-        if error.code() in self._refusals:
-            self.refused = True
-            self.last_problem = str(error.str())
-        _CLIENT_LOG.debug("client error: %s", error)
-
-    def log(self, level: int, fmt: str, *args: object) -> None:
-        message = fmt % args if args else fmt
-        if level >= logging.WARNING:
-            # "FAIL [client#consumer-1] [thrd:HOST:PORT/bootstrap]: the message": the message.
-            self.last_problem = _CLIENT_LOG_PREFIX.sub("", message)
-        _CLIENT_LOG.debug("%s", message)
-
-
-def _load_client() -> Any:
-    try:
-        import confluent_kafka
-    except ImportError:
-        raise TierlogError(MISSING_CLIENT) from None
-    return confluent_kafka
-
-
-def _consumer_config(args: argparse.Namespace, client_log: _ClientLog) -> dict[str, Any]:
-    config: dict[str, Any] = {}
-    if args.command_config:
-        from tierlog.properties import load_properties
-
-        config.update(
-            client_config(load_properties(args.command_config), source=args.command_config)
-        )
-    config.update(
-        {
-            "bootstrap.servers": args.bootstrap_servers,
-            # librdkafka wants a group even for assign(); nothing is committed or joined.
-            "group.id": "tierlog-metadata-dump",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-            # As Kafka's console consumer and RLMM consumer: every record, aborted or not.
-            "isolation.level": "read_uncommitted",
-            "logger": client_log,
-            "error_cb": client_log.error,
-        }
-    )
-    config.setdefault("client.id", "tierlog-metadata-dump")
-    return config
-
-
-class _Unreachable(Exception):
-    """The cluster did not answer; the message is made once the client has been closed (its
-    last log lines come in on close)."""
-
-
-class _Dump:
-    """One run of the command: the consumer, the end offsets captured at start, the reads."""
-
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        consumer: Consumer,
-        kafka: Any,
-        printer: LinePrinter,
-        client_log: _ClientLog,
-    ) -> None:
-        self.args = args
-        self.topic: str = args.topic
-        self.consumer = consumer
-        self.kafka = kafka
-        self.printer = printer
-        self.client_log = client_log
-        self.monotonic = time.monotonic
-
-    def partition_count(self) -> int:
-        """The number of partitions of the topic (its metadata, from the cluster)."""
-        # Asked in short steps so that a refused authentication (reported through the client's
-        # error callback, served by poll) ends the wait early.
-        deadline = self.monotonic() + self.args.timeout
-        while True:
-            remaining = deadline - self.monotonic()
-            try:
-                metadata = self.consumer.list_topics(
-                    self.topic, timeout=max(min(remaining, 1), 0.01)
-                )
-                break
-            except self.kafka.KafkaException as exc:
-                self.consumer.poll(0)
-                if self.client_log.refused or self.monotonic() >= deadline:
-                    raise _Unreachable(_error_text(exc)) from None
-        topic = metadata.topics.get(self.topic)
-        error = None if topic is None else topic.error
-        unknown = self.kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
-        if topic is None or (error is not None and error.code() == unknown):
-            raise TierlogError(
-                f"topic {self.topic} does not exist at {self.args.bootstrap_servers}"
-            )
-        if error is not None:
-            raise TierlogError(f"cannot describe topic {self.topic}: {error.str()}")
-        if not topic.partitions:
-            raise TierlogError(f"topic {self.topic} has no partitions")
-        return int(max(topic.partitions)) + 1
-
-    def watermarks(self, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
-        """The first and end offsets of ``partitions``, now."""
-        marks: dict[int, tuple[int, int]] = {}
-        for partition in partitions:
-            tp = self.kafka.TopicPartition(self.topic, partition)
-            try:
-                low, high = self.consumer.get_watermark_offsets(tp, timeout=self.args.timeout)
-            except self.kafka.KafkaException as exc:
-                raise TierlogError(
-                    f"cannot read the offsets of {self.topic} partition {partition} within "
-                    f"{self.args.timeout:g} s: {_error_text(exc)}"
-                ) from None
-            marks[partition] = (low, high)
-        return marks
-
-    def _stalled(self, partition: int, position: int, end: int) -> TierlogError:
-        at = "its beginning" if position < 0 else f"offset {position}"
-        last = self.client_log.last_problem
-        return TierlogError(
-            f"no progress reading {self.topic} partition {partition} at {at} (end offset {end}) "
-            f"for {self.args.timeout:g} s" + (f": {last}" if last else "")
-        )
-
-    def read_partition(self, partition: int, end: int, progress: Progress | None) -> None:
-        """Print ``partition`` from its beginning up to ``end`` (exclusive)."""
-        kafka = self.kafka
-        self.consumer.assign([kafka.TopicPartition(self.topic, partition, kafka.OFFSET_BEGINNING)])
-        position = -1  # the next offset to read; -1 before the first record or event
-        last_progress = self.monotonic()
-        while position < end:
-            lines: list[str] = []
-            seen = 0
-            for message in self.consumer.consume(_BATCH, timeout=_POLL_S):
-                error = message.error()
-                if error is not None:
-                    if error.code() == kafka.KafkaError._PARTITION_EOF:
-                        eof = message.offset()
-                        if eof is not None and eof > position:
-                            position = eof
-                            last_progress = self.monotonic()
-                        continue
-                    if error.fatal() or not error.retriable():
-                        raise TierlogError(
-                            f"reading {self.topic} partition {partition}: {error.str()}"
-                        )
-                    _LOG.debug("reading %s partition %d: %s", self.topic, partition, error.str())
-                    continue
-                offset = message.offset()
-                if offset is None:
-                    continue
-                if offset >= end:  # written after the dump started
-                    position = end
-                    break
-                seen += 1
-                position = offset + 1
-                line = self.printer.line(partition, offset, message.key(), message.value())
-                if line is not None:
-                    lines.append(line)
-            self.printer.write(lines)
-            if seen:
-                last_progress = self.monotonic()
-                if progress is not None:
-                    progress.advance(seen)
-            elif position < end and self.monotonic() - last_progress > self.args.timeout:
-                raise self._stalled(partition, position, end)
-
-    def follow(self, ends: Mapping[int, int]) -> None:
-        """Print the records written from ``ends`` on, as they arrive, until interrupted."""
-        kafka = self.kafka
-        self.consumer.assign(
-            [kafka.TopicPartition(self.topic, p, offset) for p, offset in sorted(ends.items())]
-        )
-        while True:
-            lines: list[str] = []
-            for message in self.consumer.consume(_BATCH, timeout=_POLL_S):
-                error = message.error()
-                if error is not None:
-                    if error.code() != kafka.KafkaError._PARTITION_EOF:
-                        if error.fatal():
-                            raise TierlogError(f"following {self.topic}: {error.str()}")
-                        _LOG.debug("following %s: %s", self.topic, error.str())
-                    continue
-                partition, offset = message.partition(), message.offset()
-                if partition is None or offset is None:
-                    continue
-                line = self.printer.line(partition, offset, message.key(), message.value())
-                if line is not None:
-                    lines.append(line)
-            self.printer.write(lines)
-
-
-def _error_text(exc: BaseException) -> str:
-    first = exc.args[0] if exc.args else exc
-    text = getattr(first, "str", None)
-    return str(text()) if callable(text) else str(first)
 
 
 def _summary(args: argparse.Namespace, stats: DumpStats, err: TextIO) -> int:
@@ -822,49 +438,35 @@ def _summary(args: argparse.Namespace, stats: DumpStats, err: TextIO) -> int:
 
 
 def run_dump(args: argparse.Namespace) -> int:
+    from tierlog.metadata.topic_reader import MetadataTopicReader, load_client_config
     from tierlog.progress import Progress
 
     selection = _check_arguments(args)
-    kafka = _load_client()
-    errors = kafka.KafkaError
-    client_log = _ClientLog(frozenset({errors._AUTHENTICATION, errors.SASL_AUTHENTICATION_FAILED}))
-    config = _consumer_config(args, client_log)
     out, err = sys.stdout, sys.stderr
     printer = LinePrinter(args.format, selection, out)
-    try:
-        consumer = kafka.Consumer(config)
-    except (kafka.KafkaException, ValueError) as exc:
-        raise ConfigError(f"invalid client configuration: {_error_text(exc)}") from None
-    try:
-        try:
-            dump = _Dump(args, consumer, kafka, printer, client_log)
-            count = dump.partition_count()
-            partitions = _partitions_to_read(args, selection, count)
-            marks = dump.watermarks(partitions)
-            total = sum(max(high - low, 0) for low, high in marks.values())
-            with contextlib.ExitStack() as stack:
-                progress = None
-                if total >= PROGRESS_MIN_RECORDS:
-                    progress = stack.enter_context(
-                        Progress("dump", total, unit="records", file=err)
-                    )
-                for partition in partitions:
-                    low, high = marks[partition]
-                    if high > low:
-                        dump.read_partition(partition, high, progress)
-            if args.follow:
-                dump.follow({p: high for p, (_, high) in marks.items()})
-        finally:
-            consumer.close()  # also delivers the client's last log lines
-    except _Unreachable as exc:
-        last = client_log.last_problem
-        if last and any(word in last.lower() for word in _REFUSED):
-            raise TierlogError(
-                f"the Kafka cluster at {args.bootstrap_servers} refused the client's security "
-                f"settings (--command-config): {last}"
-            ) from None
-        raise TierlogError(
-            f"no answer from the Kafka cluster at {args.bootstrap_servers} within "
-            f"{args.timeout:g} s ({exc}" + (f"; {last})" if last else ")")
-        ) from None
+    with MetadataTopicReader(
+        args.bootstrap_servers,
+        args.topic,
+        security=load_client_config(args.command_config),
+        security_origin="--command-config",
+        timeout_s=args.timeout,
+        client_id="tierlog-metadata-dump",
+        purpose=PURPOSE,
+    ) as reader:
+        count = reader.partition_count()
+        partitions = _partitions_to_read(args, selection, count)
+        marks = reader.watermarks(partitions)
+        total = sum(max(high - low, 0) for low, high in marks.values())
+        with contextlib.ExitStack() as stack:
+            progress = None
+            if total >= PROGRESS_MIN_RECORDS:
+                progress = stack.enter_context(Progress("dump", total, unit="records", file=err))
+            for partition in partitions:
+                low, high = marks[partition]
+                if high > low:
+                    for batch in reader.read_batches(partition, high, progress):
+                        printer.print_records(batch)
+        if args.follow:
+            for batch in reader.follow({p: high for p, (_, high) in marks.items()}):
+                printer.print_records(batch)
     return _summary(args, printer.stats, err)

@@ -9,8 +9,8 @@ reader of the history sees, and only then sets the topic's compaction configs (l
 then on tombstones are written and the cleaner removes the history).
 
 The passes, each over every partition of the topic up to the end offsets captured when the pass
-starts, with the ``tierlog metadata dump`` reader (``tierlog.cli._metadata_dump``: client
-configuration, timeouts, stalls), reading committed records only:
+starts, with ``tierlog.metadata.MetadataTopicReader`` (what ``tierlog metadata dump`` reads with:
+client configuration, timeouts, stalls), reading committed records only:
 
 1. **Plan.** Each metadata partition's records go into a ``ProjectionApplier`` (null-key records
    applied as the topic RLMM applies them, keyed ones as the compacted RLMM does) and, for the
@@ -56,25 +56,22 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TextIO, cast
+from typing import Any, Final, TextIO
 
 from tierlog_rlmm_topic.applier import DecodedEvent, StoreApplier
 from tierlog_rlmm_topic.client_factory import close_client
 
-from tierlog.cli._metadata_dump import (
-    LinePrinter,
-    Selection,
-    _ClientLog,
-    _consumer_config,
-    _Dump,
-    _error_text,
-    _load_client,
-    _Unreachable,
-    client_config,
-)
 from tierlog.metadata import RemotePartitionMetadataStore, metadata_partition, serde
+from tierlog.metadata.topic_reader import (
+    ClientLog,
+    MetadataTopicReader,
+    TopicRecord,
+    kafka_error_text,
+    load_client,
+    load_client_config,
+)
 from tierlog.progress import Progress
 from tierlog.spi import (
     InvalidArgumentError,
@@ -100,9 +97,6 @@ from tierlog_rlmm_compacted.keys import MetadataKey
 from tierlog_rlmm_compacted.projection import PlannedWrite, ProjectionApplier
 from tierlog_rlmm_compacted.state import PartitionState, diff, logical_state
 
-if TYPE_CHECKING:
-    from confluent_kafka import Consumer  # type: ignore[import-not-found, unused-ignore]
-
 __all__ = [
     "AUDIT_OFFSET_HEADER",
     "MigrationOptions",
@@ -118,6 +112,8 @@ _LOG = logging.getLogger(__name__)
 AUDIT_OFFSET_HEADER: Final = "tierlog.migrated.offset"
 """Header of an audit copy: the offset of the legacy record it copies, in decimal."""
 DEFAULT_TOPIC: Final = "__remote_log_metadata"
+PURPOSE: Final = "tierlog metadata migrate"
+"""What needs confluent-kafka, in the message when it is missing."""
 TRANSACTIONAL_ID_PREFIX: Final = "tierlog-metadata-migrate-"
 _GROUP: Final = "tierlog-metadata-migrate"
 _TXN_ATTEMPTS: Final = 3
@@ -188,115 +184,11 @@ class MigrationReport:
         )
 
 
-# Reading: the dump command's reader ------------------------------------------------------------
-Handler = Callable[[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]], None]
-"""``handle(offset, key, value, headers)`` of one record."""
-
-
-class _Sink(LinePrinter):
-    """The dump reader's printer, turned into a record handler: it prints nothing."""
-
-    def __init__(self, tap: _HeaderTap) -> None:
-        super().__init__("kafka", Selection(), sys.stderr)
-        self._tap = tap
-        self.handle: Handler | None = None
-
-    def line(
-        self, partition: int, offset: int, key: bytes | None, value: bytes | None
-    ) -> str | None:
-        assert self.handle is not None
-        self.handle(offset, key, value, self._tap.headers.get(offset, ()))
-        return None
-
-    def write(self, lines: Sequence[str]) -> None:
-        pass
-
-
-class _HeaderTap:
-    """The consumer as the dump reader uses it, remembering the headers of the last batch (the
-    reader hands its printer keys and values only)."""
-
-    def __init__(self, consumer: Any) -> None:
-        self._consumer = consumer
-        self.headers: dict[int, Sequence[tuple[str, bytes | None]]] = {}
-
-    def consume(self, num_messages: int, timeout: float) -> list[Any]:
-        messages = self._consumer.consume(num_messages, timeout=timeout)
-        self.headers = {}
-        for message in messages:
-            offset = message.offset()
-            if message.error() is None and offset is not None:
-                self.headers[offset] = message.headers() or ()
-        return cast(list[Any], messages)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._consumer, name)
-
-
-class _TopicReader:
-    """One topic read partition by partition from its beginning, committed records only."""
-
-    def __init__(self, options: MigrationOptions, kafka: Any, topic: str) -> None:
-        errors = kafka.KafkaError
-        self.client_log = _ClientLog(
-            frozenset({errors._AUTHENTICATION, errors.SASL_AUTHENTICATION_FAILED})
-        )
-        self.args = argparse.Namespace(
-            bootstrap_servers=options.bootstrap_servers,
-            topic=topic,
-            timeout=options.timeout_s,
-            command_config=options.command_config,
-        )
-        config = _consumer_config(self.args, self.client_log)
-        config["isolation.level"] = "read_committed"  # an aborted write is no write
-        config["group.id"] = _GROUP
-        if config.get("client.id") == "tierlog-metadata-dump":  # the dump's default
-            config["client.id"] = _GROUP
-        try:
-            self.consumer = kafka.Consumer(config)
-        except (kafka.KafkaException, ValueError) as exc:
-            raise TierlogError(f"invalid client configuration: {_error_text(exc)}") from None
-        self.tap = _HeaderTap(self.consumer)
-        self.sink = _Sink(self.tap)
-        self.dump = _Dump(self.args, cast("Consumer", self.tap), kafka, self.sink, self.client_log)
-
-    def partition_count(self) -> int:
-        return self.dump.partition_count()
-
-    def ends(self, count: int) -> dict[int, int]:
-        """The end offset of every partition, now (0 for an empty one). Asked again for up to
-        the timeout: a topic created a moment ago answers "not leader" for a while."""
-        deadline = time.monotonic() + self.args.timeout
-        while True:
-            try:
-                marks = self.dump.watermarks(list(range(count)))
-                return {p: high if high > low else 0 for p, (low, high) in marks.items()}
-            except TierlogError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.2)
-
-    def read(self, partition: int, end: int, handle: Handler, progress: Progress | None) -> None:
-        """Every committed record of ``partition`` below ``end`` to ``handle``, in order."""
-        if end <= 0:
-            return
-        self.sink.handle = handle
-        self.dump.read_partition(partition, end, progress)
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-@contextlib.contextmanager
-def _unreachable_as_error(options: MigrationOptions, reader: _TopicReader) -> Iterator[None]:
-    try:
-        yield
-    except _Unreachable as exc:
-        last = reader.client_log.last_problem
-        raise TierlogError(
-            f"no answer from the Kafka cluster at {options.bootstrap_servers} within "
-            f"{options.timeout_s:g} s ({exc}" + (f"; {last})" if last else ")")
-        ) from None
+# Reading ----------------------------------------------------------------------------------------
+def _ends(reader: MetadataTopicReader, partitions: Iterable[int]) -> dict[int, int]:
+    """The end offset of each of ``partitions``, now (0: nothing to read)."""
+    marks = reader.watermarks(partitions)
+    return {p: high if high > low else 0 for p, (low, high) in marks.items()}
 
 
 # One metadata partition -------------------------------------------------------------------------
@@ -320,13 +212,8 @@ class _Scan:
         self.records = self.legacy_records = self.keyed = self.tombstones = 0
         self.misplaced = self.markers = 0
 
-    def add(
-        self,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        _headers: Sequence[tuple[str, bytes | None]] = (),
-    ) -> None:
+    def add(self, record: TopicRecord) -> None:
+        offset, key, value = record.offset, record.key, record.value
         self.records += 1
         where = f"{self.topic} partition {self.partition}, offset {offset}"
         if key is None:
@@ -542,13 +429,13 @@ class _Transactions:
         try:
             self._producer = kafka.Producer(config)
         except (kafka.KafkaException, ValueError) as exc:
-            raise TierlogError(f"invalid client configuration: {_error_text(exc)}") from None
+            raise TierlogError(f"invalid client configuration: {kafka_error_text(exc)}") from None
         try:
             self._producer.init_transactions(timeout_s)
         except kafka.KafkaException as exc:
             raise TierlogError(
                 f"cannot start the migration's transactional producer ({self._id}) within "
-                f"{timeout_s:g} s: {_error_text(exc)}"
+                f"{timeout_s:g} s: {kafka_error_text(exc)}"
             ) from None
 
     def write(self, records: Sequence[_Out]) -> None:
@@ -566,7 +453,9 @@ class _Transactions:
                 error = exc.args[0] if exc.args else None
                 if error is None or not error.txn_requires_abort() or attempt == _TXN_ATTEMPTS:
                     raise TierlogError(self._failure(exc)) from None
-                _LOG.warning("transaction %s aborted (%s): retrying", self._id, _error_text(exc))
+                _LOG.warning(
+                    "transaction %s aborted (%s): retrying", self._id, kafka_error_text(exc)
+                )
                 self._producer.abort_transaction(self._timeout)
 
     def _produce(self, record: _Out) -> None:
@@ -593,11 +482,13 @@ class _Transactions:
                 error = exc.args[0] if exc.args else None
                 if error is None or not error.retriable() or time.monotonic() > deadline:
                     raise
-                _LOG.info("committing transaction %s: %s; retrying", self._id, _error_text(exc))
+                _LOG.info(
+                    "committing transaction %s: %s; retrying", self._id, kafka_error_text(exc)
+                )
 
     def _failure(self, exc: BaseException) -> str:
         error = exc.args[0] if exc.args else None
-        text = _error_text(exc)
+        text = kafka_error_text(exc)
         if error is not None and error.fatal():
             return (
                 f"the migration's transactional producer ({self._id}) failed for good: {text}; "
@@ -638,22 +529,18 @@ class _Migration:
         self.options = options
         self.err = err
         self.after_transaction = after_transaction
-        self.kafka = _load_client()
+        self.kafka = load_client(PURPOSE)
         self.report = MigrationReport(options.topic, dry_run=options.dry_run)
         self.ends: dict[int, int] = {}
         """End offsets of the topic's partitions when pass 1 started."""
         self.legacy_partitions: set[int] = set()
         """Partitions where pass 1 read null-key records (the ones to copy to the audit)."""
-        self.client_log = _ClientLog()
-        self.client: dict[str, Any] = {"bootstrap.servers": options.bootstrap_servers}
-        if options.command_config:
-            from tierlog.properties import load_properties
-
-            self.client.update(
-                client_config(
-                    load_properties(options.command_config), source=options.command_config
-                )
-            )
+        self.client_log = ClientLog()
+        self.security = load_client_config(options.command_config)
+        self.client: dict[str, Any] = {
+            **self.security,
+            "bootstrap.servers": options.bootstrap_servers,
+        }
         from confluent_kafka.admin import AdminClient
 
         # librdkafka's log lines go to this module's logger (``tierlog -vv`` shows them).
@@ -662,6 +549,20 @@ class _Migration:
 
     def close(self) -> None:
         close_client(self.admin)
+
+    def _reader(self, topic: str) -> MetadataTopicReader:
+        """A reader of ``topic``'s committed records (an aborted write is no write)."""
+        options = self.options
+        return MetadataTopicReader(
+            options.bootstrap_servers,
+            topic,
+            security=self.security,
+            security_origin=options.command_config,
+            timeout_s=options.timeout_s,
+            committed_only=True,
+            client_id=_GROUP,
+            purpose=PURPOSE,
+        )
 
     def run(self) -> MigrationReport:
         from tierlog_rlmm_compacted.topics import kafka_readers, read_level
@@ -672,11 +573,8 @@ class _Migration:
             readers = kafka_readers(self.admin, options.topic, timeout)
         if readers:
             raise MigrationRefusedError(_refusal(options.topic, readers))
-        reader = _TopicReader(options, self.kafka, options.topic)
-        with contextlib.ExitStack() as stack, self._admin_errors(f"describe {options.topic}"):
-            stack.callback(reader.close)
-            with _unreachable_as_error(options, reader):
-                count = reader.partition_count()
+        with self._reader(options.topic) as reader, self._admin_errors(f"describe {options.topic}"):
+            count = reader.partition_count()
             report.partitions = count
             report.level_before = read_level(self.admin, options.topic, timeout)
             config = self._config(count)
@@ -697,7 +595,7 @@ class _Migration:
             yield
         except self.kafka.KafkaException as exc:
             raise TierlogError(
-                f"cannot {what} at {self.options.bootstrap_servers}: {_error_text(exc)}"
+                f"cannot {what} at {self.options.bootstrap_servers}: {kafka_error_text(exc)}"
             ) from None
 
     # Configuration -----------------------------------------------------------------------------
@@ -734,15 +632,16 @@ class _Migration:
             f"{what} {self.options.topic}", max(total, 1), unit="records", file=self.err
         )
 
-    def _plan(self, reader: _TopicReader, count: int) -> dict[int, list[PlannedWrite]]:
+    def _plan(self, reader: MetadataTopicReader, count: int) -> dict[int, list[PlannedWrite]]:
         report = self.report
-        ends = reader.ends(count)
+        ends = _ends(reader, range(count))
         legacy = report.level_before == 0
         plans: dict[int, list[PlannedWrite]] = {}
         with self._progress("migrate: reading", sum(ends.values())) as progress:
             for partition in range(count):
                 scan = _Scan(self.options.topic, partition, count, legacy=legacy)
-                reader.read(partition, ends[partition], scan.add, progress)
+                for record in reader.read(partition, ends[partition], progress):
+                    scan.add(record)
                 scan.finish()
                 plans[partition] = scan.plan()
                 scan.check(report)
@@ -782,7 +681,7 @@ class _Migration:
     # Pass 2 ------------------------------------------------------------------------------------
     def _write(
         self,
-        reader: _TopicReader,
+        reader: MetadataTopicReader,
         count: int,
         plans: Mapping[int, Sequence[PlannedWrite]],
         config: CompactedRlmmConfig,
@@ -798,8 +697,7 @@ class _Migration:
                 if not options.dry_run:
                     self._ensure_audit(config)
                 if existed:  # else nothing was copied yet
-                    audit_reader = _TopicReader(options, self.kafka, audit)
-                    stack.callback(audit_reader.close)
+                    audit_reader = stack.enter_context(self._reader(audit))
                 total = sum(self.ends[p] for p in self.legacy_partitions)
                 progress = stack.enter_context(self._progress("migrate: copying", total))
             producer: _Transactions | None = None
@@ -848,60 +746,50 @@ class _Migration:
 
     def _audit_copies(
         self,
-        reader: _TopicReader,
-        audit_reader: _TopicReader | None,
+        reader: MetadataTopicReader,
+        audit_reader: MetadataTopicReader | None,
         audit: str,
         partition: int,
         progress: Progress | None,
     ) -> list[_Out]:
         """The audit copies of the partition's null-key records not yet copied (all of them
         when there is no audit topic yet)."""
-        end = self.ends[partition]
         if partition not in self.legacy_partitions:
             return []
         copied: set[int] = set()
-
-        def seen(
-            offset: int,
-            key: bytes | None,
-            value: bytes | None,
-            headers: Sequence[tuple[str, bytes | None]],
-        ) -> None:
-            for name, data in headers:
-                if name == AUDIT_OFFSET_HEADER and data is not None:
-                    with contextlib.suppress(ValueError):
-                        copied.add(int(data.decode("ascii")))
-
         if audit_reader is not None:
-            audit_end = audit_reader.ends(self.report.partitions)[partition]
-            audit_reader.read(partition, audit_end, seen, None)
-        copies: list[_Out] = []
-
-        def copy(
-            offset: int,
-            key: bytes | None,
-            value: bytes | None,
-            headers: Sequence[tuple[str, bytes | None]],
-        ) -> None:
-            if key is None and value is not None and offset not in copied:
-                header = (AUDIT_OFFSET_HEADER, str(offset).encode("ascii"))
-                copies.append(_Out(audit, partition, None, value, (header,)))
-
-        reader.read(partition, end, copy, progress)
+            audit_end = _ends(audit_reader, [partition])[partition]
+            for record in audit_reader.read(partition, audit_end):
+                for name, data in record.headers:
+                    if name == AUDIT_OFFSET_HEADER and data is not None:
+                        with contextlib.suppress(ValueError):
+                            copied.add(int(data.decode("ascii")))
+        copies = [
+            _Out(
+                audit,
+                partition,
+                None,
+                record.value,
+                ((AUDIT_OFFSET_HEADER, str(record.offset).encode("ascii")),),
+            )
+            for record in reader.read(partition, self.ends[partition], progress)
+            if record.key is None and record.value is not None and record.offset not in copied
+        ]
         self.report.audit_copied += len(copies)
         return copies
 
     # Pass 3 ------------------------------------------------------------------------------------
-    def _verify(self, reader: _TopicReader, count: int) -> None:
+    def _verify(self, reader: MetadataTopicReader, count: int) -> None:
         report = self.report
-        ends = reader.ends(count)
+        ends = _ends(reader, range(count))
         legacy = report.level_before == 0
         with self._progress("migrate: verifying", sum(ends.values())) as progress:
             report.superseded = 0
             report.checked = "topic"
             for partition in range(count):
                 scan = _Scan(self.options.topic, partition, count, legacy=legacy)
-                reader.read(partition, ends[partition], scan.add, progress)
+                for record in reader.read(partition, ends[partition], progress):
+                    scan.add(record)
                 scan.finish()
                 scan.check(report)
 
