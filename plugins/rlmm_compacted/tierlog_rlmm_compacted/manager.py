@@ -27,6 +27,16 @@ The **cleanup manager** (``cleanup.py``) tombstones orphan keys of the partition
 leads every ``remote.log.metadata.cleanup.interval.ms`` at level 1, through the same write path
 and lock, skipping a partition with writes in flight (counted here from plan to applied).
 
+**Position records** (``position.py``): at level 0 on ``__remote_log_metadata`` (the topic a
+Kafka broker's TBRLMM reads), a metadata partition this node's transactions ended on gets one
+plain null-key position record once it has been idle ``position.DEFAULT_DELAY_S``, so that it
+never stays ending in a commit marker, which Kafka 4.3.1 cannot read past when it marks a newly
+assigned user partition ready. Every transaction sent to a projection partition notes it when
+it ends (committed or not); the records are written by an idempotent ``MetadataProducer`` (the
+topic RLMM's), created with the first one and closed by ``close``, after the pending ones were
+written. A failed one is logged and tried again; a metadata write never waits for or fails on
+one.
+
 Threads: writes plan and queue under one lock, so two writes of a partition reach the topic in
 the order they were planned; the level refresh and the cleanup run on threads of their own,
 stopped by ``close`` before the clients are.
@@ -37,6 +47,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Set
 from concurrent.futures import Future
@@ -63,10 +74,12 @@ from tierlog.spi import (
 from tierlog_rlmm_compacted.cleanup import CleanupManager
 from tierlog_rlmm_compacted.config import AUDIT_TOPIC_NAME, CompactedRlmmConfig
 from tierlog_rlmm_compacted.keys import MetadataKey
+from tierlog_rlmm_compacted.position import PositionWriter, position_value
 from tierlog_rlmm_compacted.projection import PlannedWrite, ProjectionApplier
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
+    from tierlog_rlmm_topic.producer import MetadataProducer
 
     from tierlog_rlmm_compacted.txn_producer import OutRecord, TransactionalMetadataProducer
 
@@ -75,6 +88,8 @@ __all__ = ["CompactedRemoteLogMetadataManager"]
 _LOG = logging.getLogger(__name__)
 
 _LEVEL_READ_TIMEOUT_S: Final = 10.0
+_POSITION_CLOSE_S: Final = 10.0
+"""How long ``close`` lets the last position records go out before it gives up on them."""
 
 
 class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
@@ -97,6 +112,10 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
         self._cleanup: CleanupManager | None = None
+        self._positions: PositionWriter | None = None
+        self._position_lock = threading.Lock()
+        self._position_producer: MetadataProducer | None = None
+        self._position_closed = False
 
     # Conformance -------------------------------------------------------------------------------
     @classmethod
@@ -180,6 +199,12 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
         return self._projection
 
     @property
+    def positions(self) -> PositionWriter | None:
+        """The position record writer (``position.py``); None when this node never writes
+        position records (before ``configure``, or a projection topic no Kafka broker reads)."""
+        return self._positions
+
+    @property
     def cleanup(self) -> CleanupManager:
         """The cleanup manager (``run_once`` for tools and tests); ``IllegalStateError``
         before ``configure``."""
@@ -191,6 +216,8 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
         """As the topic RLMM, then start the level refresh and the cleanup manager."""
         from confluent_kafka.admin import AdminClient
         from tierlog_rlmm_topic.client_factory import new_client
+
+        from tierlog_rlmm_compacted.topics import KAFKA_METADATA_TOPIC
 
         super().configure(configs)
         compacted = self.compacted_config
@@ -209,6 +236,13 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
             wait_s=compacted.base.consume_wait_ms / 1000,
             name=f"rlmm-cleanup-{compacted.base.topic_name}",
         )
+        positions = None
+        if compacted.base.topic_name == KAFKA_METADATA_TOPIC:  # the topic Kafka brokers read
+            positions = PositionWriter(
+                write=self._write_position,
+                enabled=self._positions_enabled,
+                name=f"rlmm-position-{compacted.base.topic_name}",
+            )
         refresher = threading.Thread(
             target=self._refresh_loop,
             name=f"rlmm-level-{compacted.base.topic_name}",
@@ -219,6 +253,7 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
                 admin.poll(0)
                 raise IllegalStateError(f"{type(self).__name__} is closed")
             self._admin, self._cleanup, self._refresher = admin, cleanup, refresher
+            self._positions = positions
         refresher.start()
         cleanup.start()
         _LOG.info(
@@ -229,7 +264,9 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
         )
 
     def close(self) -> None:
-        """Stop the level refresh and the cleanup manager, then close as the topic RLMM."""
+        """Stop the level refresh and the cleanup manager, close as the topic RLMM (which
+        commits what is queued), then write the position records still pending and close
+        their producer."""
         self._stop.set()
         cleanup, refresher = self._cleanup, self._refresher
         if cleanup is not None:
@@ -237,6 +274,14 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
         if refresher is not None and refresher.is_alive():
             refresher.join(_LEVEL_READ_TIMEOUT_S + 5)
         super().close()
+        positions = self._positions
+        if positions is not None:
+            positions.close(flush=True)
+        with self._position_lock:
+            producer, self._position_producer = self._position_producer, None
+            self._position_closed = True
+        if producer is not None:
+            producer.close(_POSITION_CLOSE_S)
         admin, self._admin = self._admin, None
         if admin is not None:
             admin.poll(0)
@@ -343,6 +388,7 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
             plan = self._projection.plan_write(metadata, tombstones=self._level >= 1)
             sent = producer.send(self._records(plan, partition), primary=0)
             self._in_flight[tip] = self._in_flight.get(tip, 0) + 1
+        self._note_transaction(partition, sent)
         result = self._when_applied(tip, partition, sent)
         result.add_done_callback(lambda _: self._write_done(tip))
         return result
@@ -443,6 +489,41 @@ class CompactedRemoteLogMetadataManager(TopicBasedRemoteLogMetadataManager):
             records = [OutRecord(config.topic_name, partition, key.encode(), None) for key in keys]
             sent = producer.send(records, primary=len(records) - 1)
             self._in_flight[tip] = self._in_flight.get(tip, 0) + 1
+        self._note_transaction(partition, sent)
         result = self._when_applied(tip, partition, sent)
         result.add_done_callback(lambda _: self._write_done(tip))
         return len(keys), result
+
+    # Position records --------------------------------------------------------------------------
+    def _note_transaction(self, partition: int, sent: Future[tuple[int, int]]) -> None:
+        """Once the transaction holding ``sent`` ended on projection partition ``partition``
+        (committed, or aborted: an abort marker ends the partition too), the partition is due
+        a position record (``position.py``)."""
+        positions = self._positions
+        if positions is not None:
+            sent.add_done_callback(lambda _: positions.committed(partition))
+
+    def _positions_enabled(self) -> bool:
+        """Level 0. Read without ``_write_lock``: it is asked from the transactional
+        producer's thread, which a writer holding that lock may be waiting on (a full queue);
+        an int read is atomic, and the level only goes forward."""
+        return self._level == 0
+
+    def _write_position(self, partition: int) -> Future[Any]:
+        """Send one position record to ``partition`` of the projection topic with the plain
+        idempotent producer, created with the first one; the future of its offset."""
+        from tierlog_rlmm_topic.producer import MetadataProducer
+
+        config = self.config
+        with self._position_lock:
+            if self._position_closed:
+                raise IllegalStateError(f"{type(self).__name__} is closed")
+            producer = self._position_producer
+            if producer is None:
+                settings = dict(config.producer)
+                settings.pop("transactional.id", None)
+                settings["client.id"] = f"{settings.get('client.id', 'rlmm')}_position"
+                producer = MetadataProducer(config.topic_name, settings)
+                self._position_producer = producer
+        now_ms = int(time.time() * 1000)
+        return producer.send(partition, position_value(config.node_id, now_ms))

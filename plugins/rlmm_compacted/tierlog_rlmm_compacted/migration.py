@@ -42,6 +42,12 @@ client configuration, timeouts, stalls), reading committed records only:
 4. **Switch.** ``topics.enable_compaction`` sets level 1 (the compaction defaults under
    ``--topic-config`` overrides), unless ``--dry-run``.
 
+**Position records** (``position.py``: null-key records of the reserved topic id
+``POSITION_TOPIC_ID`` that the compacted RLMM writes at level 0 after its transactions, so that
+a Kafka broker's readiness never waits on a commit marker) are no history: every pass leaves
+them out (not replayed, not planned, not compared, not copied to the audit topic) and counts
+them apart.
+
 ``--dry-run`` reads and plans (pass 1, its check included) and writes nothing. Before anything,
 the migration is refused while a Kafka broker's TopicBasedRemoteLogMetadataManager reads the
 topic (``topics.kafka_readers``): it would stop at the first tombstone. tierlog nodes running
@@ -94,6 +100,7 @@ from tierlog_rlmm_compacted.config import (
     CompactedRlmmConfig,
 )
 from tierlog_rlmm_compacted.keys import MetadataKey
+from tierlog_rlmm_compacted.position import is_position
 from tierlog_rlmm_compacted.projection import PlannedWrite, ProjectionApplier
 from tierlog_rlmm_compacted.state import PartitionState, diff, logical_state
 
@@ -152,6 +159,8 @@ class MigrationReport:
     legacy_records: int = 0
     keyed_records: int = 0
     tombstones: int = 0
+    positions: int = 0
+    """Position records read (``position.py``), left out of every pass."""
     user_partitions: int = 0
     deleted_partitions: int = 0
     live_segments: int = 0
@@ -209,16 +218,25 @@ class _Scan:
         self.keyed_at: dict[RemoteLogSegmentId, int] = {}
         """Offset of the latest keyed value of each segment."""
         self.deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
-        self.records = self.legacy_records = self.keyed = self.tombstones = 0
+        self.records = self.legacy_records = self.keyed = self.tombstones = self.positions = 0
         self.misplaced = self.markers = 0
 
     def add(self, record: TopicRecord) -> None:
         offset, key, value = record.offset, record.key, record.value
         self.records += 1
         where = f"{self.topic} partition {self.partition}, offset {offset}"
+        if key is None and value is None:
+            raise MetadataRecordError(f"{where}: a record with neither key nor value")
+        try:
+            decoded = self.projection.decode(key, value)
+            plain = None if value is None else serde.deserialize(value)
+        except MetadataRecordError as exc:
+            raise MetadataRecordError(f"{where}: {exc}") from None
+        tip = decoded.topic_id_partition
+        if key is None and is_position(tip):
+            self.positions += 1  # no history: the compacted RLMM's position record
+            return
         if key is None:
-            if value is None:
-                raise MetadataRecordError(f"{where}: a record with neither key nor value")
             self.legacy_records += 1
         else:
             self.latest.pop(key, None)
@@ -227,12 +245,6 @@ class _Scan:
                 self.tombstones += 1
             else:
                 self.keyed += 1
-        try:
-            decoded = self.projection.decode(key, value)
-            plain = None if value is None else serde.deserialize(value)
-        except MetadataRecordError as exc:
-            raise MetadataRecordError(f"{where}: {exc}") from None
-        tip = decoded.topic_id_partition
         if tip is None:
             return  # a snapshot record (apiKey 3): no user partition
         if value is not None and tip not in self.tips:
@@ -355,6 +367,12 @@ class _Scan:
             differences = diff(expected.without(superseded), got)
             if differences:
                 report.failures[tip] = differences
+
+
+def _is_position_value(value: bytes) -> bool:
+    """Whether a null-key record's value is a position record (never copied to the audit)."""
+    event = serde.deserialize(value)
+    return isinstance(event, RemoteLogMetadata) and is_position(event)
 
 
 def _restates(
@@ -657,6 +675,7 @@ class _Migration:
         report.legacy_records += scan.legacy_records
         report.keyed_records += scan.keyed
         report.tombstones += scan.tombstones
+        report.positions += scan.positions
         report.user_partitions += len(scan.tips)
         for tip in scan.tips:
             if scan.projection.is_deleted(tip):
@@ -773,7 +792,10 @@ class _Migration:
                 ((AUDIT_OFFSET_HEADER, str(record.offset).encode("ascii")),),
             )
             for record in reader.read(partition, self.ends[partition], progress)
-            if record.key is None and record.value is not None and record.offset not in copied
+            if record.key is None
+            and record.value is not None
+            and record.offset not in copied
+            and not _is_position_value(record.value)
         ]
         self.report.audit_copied += len(copies)
         return copies
@@ -846,7 +868,9 @@ def print_report(report: MigrationReport, out: TextIO, err: TextIO) -> int:
         f"topic: {report.topic} ({report.partitions} partitions, compaction level "
         f"{report.level_before} before)",
         f"records read: {report.records_read} ({report.legacy_records} legacy, "
-        f"{report.keyed_records} keyed, {report.tombstones} tombstones)",
+        f"{report.keyed_records} keyed, {report.tombstones} tombstones"
+        + (f", {report.positions} position records left out" if report.positions else "")
+        + ")",
         f"user partitions: {report.user_partitions} ({report.deleted_partitions} deleted)",
         f"live segments: {report.live_segments}",
         f"keyed values {verb}: {report.keyed_written} ({report.markers_written} partition "
