@@ -29,6 +29,14 @@ sides on a broker of each kind: an aborted DELETE_SEGMENT_STARTED of the segment
 the segment from remote storage (its expiration task finishes what it takes for an interrupted
 deletion); a ``read_committed`` broker ignores it, serves the offset, and applies the same
 record once it comes committed.
+
+A Kafka 4.3.1 broker marks a user partition it takes over ready only once its consumer has
+processed a record at the metadata partition's end offset - 1; a commit marker is no record.
+The third test has tierlog commit on every metadata partition, then creates a Kafka topic: the
+broker takes its partition over on a metadata partition that ends in tierlog's commit, and
+tiers it because the compacted RLMM follows its transactions with a position record
+(``position.py``). The same topic then shows that every tierlog reader ignores those records:
+a compacted and a topic RLMM bootstrapping from it, and a migration of a copy of it.
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ from services._common import Service
 from services.kafka import run_kafka_class
 from tierlog_rlmm_compacted import CompactedRemoteLogMetadataManager
 from tierlog_rlmm_compacted.keys import MetadataKey
+from tierlog_rlmm_compacted.migration import MigrationOptions, migrate
+from tierlog_rlmm_compacted.position import POSITION_PARTITION, is_position
 from tierlog_rlmm_compacted.topics import (
     KAFKA_METADATA_TOPIC,
     CompactionRefusedError,
@@ -71,6 +81,7 @@ from tierlog_rlmm_compacted.topics import (
     kafka_readers,
 )
 from tierlog_rlmm_compacted.values import ProjectionValue, decode_value, encode_value
+from tierlog_rlmm_topic import TopicBasedRemoteLogMetadataManager
 from tierlog_rlmm_topic.client_factory import close_client
 
 from tierlog.conformance.rlmm_suite import (
@@ -604,3 +615,121 @@ def test_a_kafka_broker_applies_an_aborted_transaction_unless_its_rlmm_reads_com
     assert isinstance(served, KafkaError), "offset 0 still served after a committed deletion"
     assert served.code() == KafkaError._AUTO_OFFSET_RESET, served
     assert KAFKA_CONSUMER_TASK_ERROR not in broker.log_path.read_text(errors="replace")
+
+
+# Readiness after our commit ----------------------------------------------------------------------
+def partition_on(metadata: int, name: str) -> TopicIdPartition:
+    """A new user partition of ours whose metadata partition is ``metadata``."""
+    while True:
+        candidate = new_partition(name, 0)
+        if partition_of(candidate) == metadata:
+            return candidate
+
+
+def positions_of(records: list[Rec]) -> dict[int, list[int]]:
+    """The offsets of the position records, per metadata partition."""
+    found: dict[int, list[int]] = {}
+    for r in records:
+        if r.key is None and is_position(event_of(r)):
+            found.setdefault(r.partition, []).append(r.offset)
+    return found
+
+
+def test_kafka_takes_over_a_partition_whose_metadata_partition_ended_in_our_commit(
+    kafka_factory: Callable[..., Service],
+    opened: list[RemoteLogMetadataManager],
+    tmp_path: Path,
+) -> None:
+    broker = kafka_factory(tiered_storage=tmp_path / "tiered-storage", properties=QUICK_TASKS)
+    servers = broker.url
+    admin = AdminClient({"bootstrap.servers": servers})
+    audit = f"tierlog-mixed-audit-{uuid.uuid4().hex[:10]}"
+    configs = compacted_configs(
+        servers, KAFKA_METADATA_TOPIC, audit, node_id=OUR_NODE_ID, partitions=METADATA_PARTITIONS
+    )
+    rlmm = open_node(configs, opened)
+    assert isinstance(rlmm, CompactedRemoteLogMetadataManager)
+    assert rlmm.level == 0 and rlmm.positions is not None
+
+    # One committed write of ours on every metadata partition, so that the partition of the
+    # topic created next (its id, hence its metadata partition, is drawn at creation) is on a
+    # metadata partition whose last entry is our commit marker.
+    ours = [partition_on(p, "ours") for p in range(METADATA_PARTITIONS)]
+    assign(rlmm, ours)
+    segments = {}
+    for tip in ours:
+        seg = segment(tip, 0, 99, {0: 0}, broker_id=OUR_NODE_ID)
+        rlmm.add_remote_log_segment_metadata(seg).result(timeout=DEADLINE_S)
+        segments[tip] = seg
+
+    # The broker takes over a new tiered partition at once, and tiers it.
+    name = f"kafka-tiered-{uuid.uuid4().hex[:10]}"
+    kafka_tip = create_kafka_topic(admin, name)
+    shared = partition_of(kafka_tip)
+    produce(servers, name, range(RECORDS_BEFORE))
+    wait_until(
+        lambda: tiered(read_records(servers, KAFKA_METADATA_TOPIC), kafka_tip) >= 3,
+        f"Kafka to tier three segments of {name}, taken over on metadata partition {shared} "
+        "after our commit there",
+        interval=1.0,
+    )
+    assert KAFKA_CONSUMER_TASK_ERROR not in broker.log_path.read_text(errors="replace")
+
+    # One position record per metadata partition, after our record and before Kafka's.
+    records = read_records(servers, KAFKA_METADATA_TOPIC, isolation="read_uncommitted")
+    positions = positions_of(records)
+    assert sorted(positions) == list(range(METADATA_PARTITIONS))
+    assert all(len(offsets) == 1 for offsets in positions.values()), positions
+    for partition, (offset,) in positions.items():
+        keyed = [r.offset for r in records if r.partition == partition and r.key is not None]
+        assert keyed and max(keyed) < offset, f"partition {partition}: {keyed} vs {offset}"
+    kafka_first = min(
+        r.offset
+        for r in records
+        if r.partition == shared and event_of(r).topic_id_partition == kafka_tip
+    )
+    assert positions[shared][0] < kafka_first
+    position = decode_value(next(r.value for r in records if r.key is None and r.value)).event
+    assert isinstance(position, RemotePartitionDeleteMetadata)
+
+    # tierlog's readers bootstrap through the position records and never list them: a second
+    # compacted node and a topic RLMM (read_committed, as the README's step 2 asks).
+    follower = open_node({**configs, "node.id": "3"}, opened)
+    legacy = open_node(
+        {
+            **configs,
+            "node.id": "4",
+            "remote.log.metadata.consumer.isolation.level": "read_committed",
+        },
+        opened,
+        TopicBasedRemoteLogMetadataManager,
+    )
+    for reader in (follower, legacy):
+        assign(reader, [*ours, kafka_tip], follower=True)
+        for tip, seg in segments.items():
+            assert list(reader.list_remote_log_segments(tip)) == [seg]
+        assert len(list(reader.list_remote_log_segments(kafka_tip))) >= 3
+        assert isinstance(reader, TopicBasedRemoteLogMetadataManager)
+        assert not reader.is_ready(POSITION_PARTITION), "the reserved partition is never hosted"
+
+    # A migration of a copy of the topic leaves them out: not replayed, planned nor copied.
+    copy = f"tierlog-mixed-copy-{uuid.uuid4().hex[:10]}"
+    for future in admin.create_topics(
+        [NewTopic(copy, METADATA_PARTITIONS, 1, config={"retention.ms": "-1"})]
+    ).values():
+        future.result(timeout=DEADLINE_S)
+    source = read_records(servers, KAFKA_METADATA_TOPIC)
+    producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
+    for r in source:
+        producer.produce(copy, r.value, r.key, partition=r.partition)
+    assert producer.flush(DEADLINE_S) == 0
+    report = migrate(
+        MigrationOptions(servers, topic=copy, audit_topic=f"{copy}-audit", timeout_s=60)
+    )
+    assert report.verified, report.failures
+    assert report.positions == sum(len(o) for o in positions_of(source).values()) >= 5
+    assert report.legacy_records == sum(1 for r in source if r.key is None) - report.positions
+    assert report.user_partitions == len(ours) + 1, "ours and Kafka's; never the reserved one"
+    audit_copies = read_records(servers, f"{copy}-audit")
+    assert len(audit_copies) == report.audit_copied == report.legacy_records
+    assert not positions_of(audit_copies), "a position record copied to the audit topic"
