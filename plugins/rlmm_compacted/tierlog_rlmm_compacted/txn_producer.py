@@ -16,16 +16,36 @@ Errors (librdkafka's transactional API):
 
 - *abortable* (``txn_requires_abort``: a record's delivery failed, a coordinator hiccup): the
   transaction is aborted and the same writes retried in a new one, up to ``max_attempts``
-  times; then their futures fail with a retriable ``ProduceError``. A write whose own record
+  times and no new attempt after ``commit_timeout_s``; then their futures fail with a
+  retriable ``ProduceError``. A write whose own record
   is refused for good (too large, not authorized; at ``produce`` or in its delivery report)
   fails alone with that error and the others are retried without it, so one bad record never
   holds up the writes it was grouped with.
 - *retriable* commit or abort errors (timeouts): the commit (or abort) is called again until
   ``commit_timeout_s``.
-- *fatal* (the producer is fenced: another producer started with the same
-  ``transactional.id``, that is another instance of this node; or any fatal librdkafka
-  error): every pending write fails with a non-retriable ``ProduceError`` that says so, and
-  every later ``send`` raises it. Only a new producer (a restart of the RLMM) can write again.
+- **an outage** (the coordinator unreachable for longer than ``commit_timeout_s``): a commit
+  or an abort that cannot complete leaves its transaction pending. The writes of that
+  transaction fail with a retriable ``ProduceError`` (after an interrupted abort no
+  ``read_committed`` reader ever sees them; after an interrupted commit they may be committed
+  all the same, as after any producer's timeout: the RLM's retry then publishes an event the
+  cache already holds, which every reader drops as an invalid transition), and the producer
+  stays usable: before its next transaction it completes the pending commit or abort
+  (librdkafka resumes a timed-out ``commit_transaction``/``abort_transaction`` called again,
+  and allows no other call meanwhile); while it cannot, each batch fails retriably after
+  ``commit_timeout_s``, so callers get an answer, never a hang. When the broker is back, the
+  next write succeeds.
+- *fatal* errors: librdkafka's producer cannot be used any more.
+  - Fenced (``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``) with no outage behind it: another
+    producer started with the same ``transactional.id``, that is another instance of this
+    node. Writing on would fence that instance in turn: every pending write fails with a
+    non-retriable ``ProduceError`` that says so, and every later ``send`` raises it. Only a
+    restart of the RLMM writes again.
+  - Any other fatal error, or a fencing after an outage (the coordinator aborted the
+    transaction that outlived ``transaction.timeout.ms`` and bumped the producer's epoch): the
+    producer is **rebuilt** (a new librdkafka producer with the same ``transactional.id``,
+    whose ``init_transactions`` fences the old one and ends its transaction); the writes of
+    the failed transaction fail retriably. After ``max_rebuilds`` rebuilds without a commit in
+    between, the producer gives up as for a fencing.
 
 ``transactional.id`` comes with the configuration (``CompactedRlmmConfig.producer``: one per
 node); ``init_transactions`` runs in the constructor, retried until ``init_timeout_s``: it
@@ -112,11 +132,24 @@ class _Abortable(Exception):
 
 
 class _Fatal(Exception):
-    """The producer cannot write any more (fenced, or a fatal librdkafka error)."""
+    """librdkafka's producer cannot write any more (fenced, or a fatal librdkafka error)."""
 
-    def __init__(self, failure: ProduceError) -> None:
+    def __init__(self, failure: ProduceError, *, fenced: bool) -> None:
         super().__init__(str(failure))
         self.failure = failure
+        self.fenced = fenced
+
+
+class _Unavailable(Exception):
+    """The coordinator could not be reached in time: the producer is usable once it can.
+    ``ending``: the commit or abort left pending (librdkafka resumes a timed-out
+    ``commit_transaction``/``abort_transaction`` when it is called again, and allows no other
+    call meanwhile), None when nothing was started."""
+
+    def __init__(self, what: str, ending: str | None = None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.ending = ending
 
 
 def _kafka_error(exc: KafkaException) -> KafkaError | None:
@@ -150,6 +183,7 @@ class TransactionalMetadataProducer:
         commit_timeout_s: float = 60.0,
         max_attempts: int = 5,
         max_batch_records: int = 5000,
+        max_rebuilds: int = 3,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         transactional_id = str(configs.get(TRANSACTIONAL_ID, "")).strip()
@@ -158,17 +192,26 @@ class TransactionalMetadataProducer:
                 f"the transactional metadata producer needs {TRANSACTIONAL_ID} in its "
                 "configuration (CompactedRlmmConfig.producer sets one per node)"
             )
-        if max_attempts < 1 or max_batch_records < 1:
+        if max_attempts < 1 or max_batch_records < 1 or max_rebuilds < 0:
             raise InvalidArgumentError(
                 f"max_attempts ({max_attempts}) and max_batch_records ({max_batch_records}) "
-                "must be at least 1"
+                f"must be at least 1, max_rebuilds ({max_rebuilds}) at least 0"
             )
+        self._configs = dict(configs)
         self._transactional_id = transactional_id
         self._servers = str(configs.get("bootstrap.servers", "?"))
+        self._init_timeout_s = init_timeout_s
         self._commit_timeout_s = commit_timeout_s
         self._max_attempts = max_attempts
         self._max_batch_records = max_batch_records
+        self._max_rebuilds = max_rebuilds
         self._monotonic = monotonic
+        # The writer thread's recovery state (see the module docstring: an outage).
+        self._commit_pending = False  # a commit that timed out: it must be called again
+        self._abort_pending = False  # a transaction is open that an abort could not end yet
+        self._init_pending = False  # a rebuilt producer whose init_transactions has not run
+        self._outage = False  # an outage since the last commit (a fencing may be its result)
+        self._rebuilds = 0  # rebuilds since the last commit
         self._producer: Producer = new_client(Producer, configs, "producer")
         try:
             self._init_transactions(init_timeout_s)
@@ -182,6 +225,7 @@ class TransactionalMetadataProducer:
         self._fatal: str | None = None
         self._transactions = 0
         self._aborts = 0
+        self._rebuilt = 0
         self._thread = threading.Thread(
             target=self._run, name=f"rlmm-txn-producer-{transactional_id}", daemon=True
         )
@@ -204,6 +248,12 @@ class TransactionalMetadataProducer:
         """Transactions aborted so far."""
         with self._cond:
             return self._aborts
+
+    @property
+    def rebuilds(self) -> int:
+        """librdkafka producers replaced after a fatal error so far."""
+        with self._cond:
+            return self._rebuilt
 
     def send(self, records: Sequence[OutRecord], primary: int) -> Future[tuple[int, int]]:
         """Queue one write; the future gives ``(partition, offset)`` of ``records[primary]``
@@ -297,11 +347,15 @@ class TransactionalMetadataProducer:
                         batch: list[_Write] = []
                     else:
                         batch = self._take()
-                self._producer.poll(0)  # serves librdkafka's log lines
+                self._current = batch  # failed by the handler below if anything raises
+                fatal = self._poll(0)  # serves librdkafka's log lines and fatal errors
+                if fatal is not None and not self._rebuild_or_give_up(
+                    fatal, batch, fail_if_rebuilt=False
+                ):
+                    return
                 if batch:
-                    self._current = batch
                     self._transact(batch)
-                    self._current = []
+                self._current = []
         except BaseException as exc:  # never leave writes hanging
             _LOG.exception("the transactional metadata producer stopped on an unexpected error")
             self._go_fatal(
@@ -325,19 +379,18 @@ class TransactionalMetadataProducer:
         return batch
 
     def _transact(self, batch: list[_Write]) -> None:
+        if not self._recovered(batch):
+            return
         attempts = 0
         last = ""
+        # No new attempt after commit_timeout_s: a write is answered within a few timeouts
+        # (the attempt under way, its abort), not max_attempts of them.
+        deadline = self._monotonic() + self._commit_timeout_s
         while batch:
-            if attempts >= self._max_attempts:
-                for write in batch:
-                    _fail(
-                        write,
-                        RetriableProduceError(
-                            f"a metadata write could not be committed by {TRANSACTIONAL_ID} "
-                            f"{self._transactional_id} in {attempts} transaction(s), each "
-                            f"aborted; last error: {last}"
-                        ),
-                    )
+            if attempts >= self._max_attempts or (attempts and self._monotonic() >= deadline):
+                self._fail_retriable(
+                    batch, f"{attempts} transaction(s), each aborted; last error: {last}"
+                )
                 return
             attempts += 1
             try:
@@ -346,6 +399,10 @@ class TransactionalMetadataProducer:
                     self._abort()
                     return
                 self._commit()
+            except _Unavailable as exc:  # the commit, or the empty transaction's abort
+                self._pending(exc)
+                self._fail_retriable(batch, exc.what)
+                return
             except _Abortable as exc:
                 last = exc.what
                 _LOG.warning(
@@ -359,15 +416,117 @@ class TransactionalMetadataProducer:
                 try:
                     self._abort()
                 except _Fatal as fatal:
-                    self._go_fatal(fatal.failure, batch)
+                    self._rebuild_or_give_up(fatal, batch)
+                    return
+                except _Unavailable as unavailable:
+                    self._pending(unavailable)
+                    self._fail_retriable(
+                        self._drop_refused(batch), f"{unavailable.what} (after: {exc.what})"
+                    )
                     return
                 batch = self._drop_refused(batch)
                 continue
             except _Fatal as fatal:
-                self._go_fatal(fatal.failure, batch)
+                self._rebuild_or_give_up(fatal, batch)
                 return
+            self._rebuilds = 0
+            self._outage = False
             self._complete(batch)
             return
+
+    # Recovery ----------------------------------------------------------------------------------
+    def _recovered(self, batch: list[_Write]) -> bool:
+        """Make the producer ready for ``batch``'s transaction; False when ``batch`` failed
+        instead (the coordinator still unreachable: retriably; the producer given up)."""
+        while True:
+            try:
+                self._recover()
+                return True
+            except _Unavailable as exc:
+                self._fail_retriable(batch, exc.what)
+                return False
+            except _Fatal as fatal:
+                # Nothing of ``batch`` was produced: it goes on with the rebuilt producer.
+                if not self._rebuild_or_give_up(fatal, batch, fail_if_rebuilt=False):
+                    return False
+
+    def _recover(self) -> None:
+        """Before a transaction: end what an outage or a rebuild left (``_Unavailable`` while
+        the coordinator still cannot be reached, ``_Fatal`` when it cannot be done at all)."""
+        if self._init_pending:
+            try:
+                self._init_transactions(self._commit_timeout_s)
+            except RetriableProduceError as exc:
+                raise _Unavailable(str(exc)) from exc
+            except ProduceError as exc:
+                raise _Fatal(exc, fenced=False) from exc
+            self._init_pending = False
+        if self._commit_pending:
+            try:
+                self._commit()
+                _LOG.info("%s completed a commit an outage had left", self._transactional_id)
+            except _Abortable as exc:  # the resumed commit failed: the transaction is aborted
+                _LOG.info("%s: %s", self._transactional_id, exc.what)
+                self._abort_pending = True
+            self._commit_pending = False
+        if self._abort_pending:
+            self._abort()
+            self._abort_pending = False
+            _LOG.info("%s ended the transaction an outage had left open", self._transactional_id)
+
+    def _pending(self, unavailable: _Unavailable) -> None:
+        """Remember the commit or abort an outage interrupted (``_recover`` ends it)."""
+        self._outage = True
+        if unavailable.ending == "commit":
+            self._commit_pending = True
+        elif unavailable.ending == "abort":
+            self._abort_pending = True
+
+    def _rebuild_or_give_up(
+        self, fatal: _Fatal, batch: list[_Write], *, fail_if_rebuilt: bool = True
+    ) -> bool:
+        """A fatal error: rebuild the producer (True; ``batch`` fails retriably unless
+        ``fail_if_rebuilt`` is False), or give up (False; ``batch`` and every later write
+        fail for good)."""
+        if (fatal.fenced and not self._outage) or self._rebuilds >= self._max_rebuilds:
+            reason = (
+                fatal.failure
+                if fatal.fenced and not self._outage
+                else ProduceError(
+                    f"{fatal.failure} (after {self._rebuilds} rebuild(s) of the producer "
+                    "without a commit; the RLMM must be restarted)"
+                )
+            )
+            self._go_fatal(reason, batch)
+            return False
+        _LOG.warning(
+            "rebuilding the metadata producer %s after a fatal error: %s",
+            self._transactional_id,
+            fatal.failure,
+        )
+        old, self._producer = self._producer, new_client(Producer, self._configs, "producer")
+        self._init_pending = True
+        self._commit_pending = self._abort_pending = False
+        self._rebuilds += 1
+        with self._cond:
+            self._rebuilt += 1
+        # close() aborts and flushes: with the coordinator gone it can block; nothing waits.
+        threading.Thread(
+            target=_discard, args=(old,), name="rlmm-txn-producer-discard", daemon=True
+        ).start()
+        if fail_if_rebuilt:
+            self._fail_retriable(batch, f"the metadata producer was rebuilt: {fatal.failure}")
+        return True
+
+    def _fail_retriable(self, batch: Sequence[_Write], why: str) -> None:
+        for write in batch:
+            _fail(
+                write,
+                RetriableProduceError(
+                    f"a metadata write could not be committed by {TRANSACTIONAL_ID} "
+                    f"{self._transactional_id}: {why}"
+                ),
+            )
 
     def _produce_all(self, batch: list[_Write]) -> None:
         """Begin a transaction and produce every record of ``batch``. A write with a record
@@ -420,7 +579,9 @@ class TransactionalMetadataProducer:
                     raise _Abortable(
                         None, f"the producer queue stayed full for {_QUEUE_FULL_WAIT_S:.0f} s"
                     ) from None
-                self._producer.poll(0.05)
+                fatal = self._poll(0.05)
+                if fatal is not None:
+                    raise fatal from None
             except KafkaException as exc:
                 error = _kafka_error(exc)
                 if error is not None and not error.fatal() and not error.txn_requires_abort():
@@ -446,14 +607,21 @@ class TransactionalMetadataProducer:
                     and not error.fatal()
                     and not error.txn_requires_abort()
                     and _retriable(error)
-                    and self._monotonic() < deadline
                 ):
-                    _LOG.info(
-                        "retrying the commit of a metadata transaction of %s: %s",
-                        self._transactional_id,
-                        _describe(error),
-                    )
-                    continue
+                    if self._monotonic() < deadline:
+                        _LOG.info(
+                            "retrying the commit of a metadata transaction of %s: %s",
+                            self._transactional_id,
+                            _describe(error),
+                        )
+                        continue
+                    raise _Unavailable(
+                        f"{TRANSACTIONAL_ID} {self._transactional_id} could not confirm the "
+                        f"commit of its transaction within {self._commit_timeout_s:.0f} s on "
+                        f"{self._servers} ({_describe(error)}): the write may be committed "
+                        "all the same once the coordinator is back",
+                        "commit",
+                    ) from exc
                 raise self._classified(exc, "commit the transaction") from exc
 
     def _abort(self) -> None:
@@ -468,15 +636,34 @@ class TransactionalMetadataProducer:
                 error = _kafka_error(exc)
                 if error is not None and error.fatal():
                     raise self._fatal_of(error) from exc
-                if error is not None and _retriable(error) and self._monotonic() < deadline:
-                    continue
+                if error is not None and _retriable(error):
+                    if self._monotonic() < deadline:
+                        continue
+                    raise _Unavailable(
+                        f"{TRANSACTIONAL_ID} {self._transactional_id} could not abort its "
+                        f"transaction within {self._commit_timeout_s:.0f} s on {self._servers} "
+                        f"({_describe(error)}): it stays open until the abort completes",
+                        "abort",
+                    ) from exc
                 raise _Fatal(
                     ProduceError(
                         f"{TRANSACTIONAL_ID} {self._transactional_id} cannot abort its "
-                        f"transaction: {_describe(error, exc)}; the producer is unusable and "
-                        "the RLMM must be restarted"
-                    )
+                        f"transaction: {_describe(error, exc)}"
+                    ),
+                    fenced=False,
                 ) from exc
+
+    def _poll(self, timeout_s: float) -> _Fatal | None:
+        """Serve librdkafka's callbacks; a fatal error (which confluent-kafka raises from
+        ``poll`` when nothing else reported it) is returned, anything else logged."""
+        try:
+            self._producer.poll(timeout_s)
+        except KafkaException as exc:
+            classified = self._classified(exc, "serve the producer's events")
+            if isinstance(classified, _Fatal):
+                return classified
+            _LOG.warning("%s: %s", self._transactional_id, classified)
+        return None
 
     def _classified(self, exc: KafkaException, doing: str) -> Exception:
         error = _kafka_error(exc)
@@ -485,7 +672,8 @@ class TransactionalMetadataProducer:
         return _Abortable(error, f"cannot {doing}: {_describe(error, exc)}")
 
     def _fatal_of(self, error: KafkaError) -> _Fatal:
-        if error.code() in _FENCED_CODES or "fenced" in error.str().lower():
+        fenced = error.code() in _FENCED_CODES or "fenced" in error.str().lower()
+        if fenced:
             what = (
                 f"the metadata producer {TRANSACTIONAL_ID} {self._transactional_id} was fenced: "
                 "another producer with the same transactional.id started (another instance "
@@ -497,7 +685,7 @@ class TransactionalMetadataProducer:
                 f"the metadata producer {TRANSACTIONAL_ID} {self._transactional_id} failed "
                 f"fatally and cannot write any more ({_describe(error)})"
             )
-        return _Fatal(ProduceError(what))
+        return _Fatal(ProduceError(what), fenced=fenced)
 
     def _drop_refused(self, batch: list[_Write]) -> list[_Write]:
         """After an abort: fail the writes whose own record was refused for good (a delivery
@@ -532,8 +720,9 @@ class TransactionalMetadataProducer:
         while (
             any(write.results[write.primary] is None for write in batch)
             and self._monotonic() < deadline
+            and self._poll(0.05) is None  # a fatal error: the next transaction handles it
         ):
-            self._producer.poll(0.05)
+            pass
         for write in batch:
             result = write.results[write.primary]
             if isinstance(result, tuple) and result[1] >= 0:
@@ -576,6 +765,16 @@ def _close_unusable(producer: Producer) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         close_client(producer)
+
+
+def _discard(producer: Producer) -> None:
+    """Drop a producer replaced after a fatal error: its queued records are purged (they
+    belong to a transaction that is never committed), then it is closed."""
+    try:
+        producer.purge(in_queue=True, in_flight=True, blocking=False)
+    except (KafkaException, RuntimeError) as exc:
+        _LOG.debug("purging a discarded producer: %s", exc)
+    _close_unusable(producer)
 
 
 def _fail(write: _Write, error: BaseException) -> None:

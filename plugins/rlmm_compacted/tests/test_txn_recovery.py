@@ -1,0 +1,227 @@
+"""The transactional metadata producer through a broker outage (a private real broker, stopped
+and started again on its data): writes fail retriably while the coordinator is away, never
+hang and never leave the producer unusable; the first write once it is back succeeds; nothing
+of a failed write is ever seen by a ``read_committed`` reader.
+
+Two outages: one shorter than the transaction timeout (the producer finishes its pending abort
+once the coordinator is back), and one the coordinator outlives the transaction of (it aborts
+the expired transaction itself and bumps the producer's epoch: the producer must get past that,
+by its pending abort or by a rebuild).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from services._common import Service
+from services.kafka import start_again, stop_kafka
+from tierlog_rlmm_compacted.txn_producer import OutRecord, TransactionalMetadataProducer
+from tierlog_rlmm_topic.producer import RetriableProduceError
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 180.0
+COMMIT_TIMEOUT_S = 20.0
+"""The producer's commit/abort timeout in these tests: how long a write waits for the
+coordinator before it fails (short, so the outage is short; long enough for a broker that just
+started to load its transaction state)."""
+DELIVERY_TIMEOUT_MS = 5000
+
+
+def write(value: bytes, topic: str) -> list[OutRecord]:
+    """One write: a keyed record and its null-key twice on the other partition."""
+    return [OutRecord(topic, 0, b"k-" + value, value), OutRecord(topic, 1, None, value)]
+
+
+def committed_values(servers: str, topic: str, partition: int) -> list[bytes]:
+    """The values a ``read_committed`` reader sees in ``topic``/``partition``, read to its end
+    (the last stable offset: an open transaction would hold it back, so reaching the end also
+    proves no transaction is left open)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": f"tierlog-txn-recovery-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return values
+                continue
+            value = message.value()
+            assert value is not None
+            values.append(value)
+        pytest.fail(f"could not read {topic} partition {partition} to its end", pytrace=False)
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def broker(kafka_factory: Callable[..., Service]) -> Service:
+    """A private broker whose coordinator looks for expired transactions every second."""
+    return kafka_factory(
+        properties={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+    )
+
+
+@pytest.fixture
+def topic(broker: Service) -> str:
+    name = f"tierlog-txn-recovery-{uuid.uuid4().hex}"
+    admin = AdminClient({"bootstrap.servers": broker.url})
+    admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])[name].result(
+        timeout=60
+    )
+    return name
+
+
+@pytest.fixture
+def make_producer(broker: Service) -> Iterator[Callable[[int], TransactionalMetadataProducer]]:
+    made: list[TransactionalMetadataProducer] = []
+
+    def make(transaction_timeout_ms: int) -> TransactionalMetadataProducer:
+        producer = TransactionalMetadataProducer(
+            {
+                "bootstrap.servers": broker.url,
+                "transactional.id": f"tierlog-txn-recovery-{uuid.uuid4().hex}",
+                "acks": "all",
+                "enable.idempotence": "true",
+                "message.timeout.ms": str(DELIVERY_TIMEOUT_MS),
+                "transaction.timeout.ms": str(transaction_timeout_ms),
+            },
+            init_timeout_s=60.0,
+            commit_timeout_s=COMMIT_TIMEOUT_S,
+        )
+        made.append(producer)
+        return producer
+
+    yield make
+    for producer in made:
+        producer.close()
+
+
+Outcome = tuple[bytes, float, float, BaseException | None]
+"""(value, issued at, finished at, error) of a write."""
+
+
+class Writer:
+    """Writes back to back on a thread (each write waits for its outcome), so that a
+    transaction is open at the coordinator when the broker goes away: its abort then needs the
+    coordinator (a transaction that never reached it is aborted locally)."""
+
+    def __init__(self, producer: TransactionalMetadataProducer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.outcomes: list[Outcome] = []
+        """(value, issued at, finished at, error) of each write, in order."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(DEADLINE_S)
+        assert not self._thread.is_alive(), "a write hung"
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            value = f"w-{n}".encode()
+            issued = time.monotonic()
+            future = self.producer.send(write(value, self.topic), 0)
+            error = future.exception(timeout=DEADLINE_S)
+            with self._lock:
+                self.outcomes.append((value, issued, time.monotonic(), error))
+            n += 1
+
+    def wait(self, what: str, done: Callable[[list[Outcome]], bool]) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            with self._lock:
+                if done(list(self.outcomes)):
+                    return
+            time.sleep(0.1)
+        pytest.fail(f"timed out waiting for {what}", pytrace=False)
+
+
+@pytest.mark.parametrize(
+    ("transaction_timeout_ms", "kill"),
+    [
+        pytest.param(120_000, False, id="transaction-outlives-the-outage"),
+        pytest.param(6_000, True, id="coordinator-expires-the-transaction"),
+    ],
+)
+def test_writes_fail_retriably_during_an_outage_and_succeed_after(
+    broker: Service,
+    topic: str,
+    make_producer: Callable[[int], TransactionalMetadataProducer],
+    transaction_timeout_ms: int,
+    kill: bool,
+) -> None:
+    producer = make_producer(transaction_timeout_ms)
+    writer = Writer(producer, topic).start()
+    try:
+        writer.wait("writes before the outage", lambda o: sum(e is None for *_, e in o) >= 20)
+        if kill:
+            broker.kill()
+        else:
+            stop_kafka(broker)
+        down = time.monotonic()
+        # Two failed writes: the one in flight when the broker went away, and one after it.
+        # Each waited up to COMMIT_TIMEOUT_S for the coordinator, so the broker is down longer
+        # than 6 s (the second case's transaction timeout: the coordinator expires the open
+        # transaction as it starts) and shorter than 120 s (the first case's).
+        writer.wait("two failed writes", lambda o: sum(e is not None for *_, e in o) >= 2)
+        start_again(broker)
+        back = time.monotonic()
+        writer.wait(
+            "writes issued once the broker is back",
+            lambda o: sum(e is None and issued >= back for _, issued, _, e in o) >= 5,
+        )
+    finally:
+        writer.stop()
+
+    failed = [(v, e) for v, _, _, e in writer.outcomes if e is not None]
+    assert all(isinstance(e, RetriableProduceError) for _, e in failed), failed
+    assert all(producer.transactional_id in str(e) for _, e in failed)
+    late = [v for v, issued, _, e in writer.outcomes if e is not None and issued >= back]
+    assert not late, f"writes issued after the broker was back failed: {late}"
+    spanned = [v for v, issued, finished, _ in writer.outcomes if issued < down <= finished]
+    assert spanned, "no write was in flight when the broker went away"
+    print(f"aborts {producer.aborts}, rebuilds {producer.rebuilds}, failed {len(failed)}")
+
+    # A failed write may have been committed all the same (the outage hit its commit): the
+    # reader sees every succeeded write, in order, both records of each, and of the failed
+    # ones at most both records, never one.
+    succeeded = [v for v, _, _, e in writer.outcomes if e is None]
+    failed_values = {v for v, _ in failed}
+    seen = [committed_values(broker.url, topic, partition) for partition in (0, 1)]
+    assert seen[0] == seen[1], (
+        f"a write's two records were not committed together: partition 0 {seen[0]}, "
+        f"partition 1 {seen[1]}, failed {sorted(failed_values)}"
+    )
+    assert [v for v in seen[0] if v not in failed_values] == succeeded, (
+        f"read {seen[0]}, succeeded {succeeded}, failed {sorted(failed_values)}"
+    )
+    assert len(seen[0]) == len(set(seen[0])), "a write was committed twice"
