@@ -1,19 +1,14 @@
-"""Building blocks of the fault tests (``test_faults.py``), most of them the topic RLMM's.
+"""What the compacted RLMM's fault tests (``test_faults.py``) add to those both RLMM plugins
+share (``services.rlmm_faults``, ``services.rlmm_suites``): the consistency of its two topics
+(``check_topics_agree``, and ``audit_history``, the legacy history the shared checks read),
+and the child process of the atomicity test (a node killed between produce and commit).
 
-The topic RLMM's fault support (``plugins/rlmm_topic/tests/_fault_support.py``: the write
-stream on threads that records every call's outcome, the complete view of an RLMM's cache and
-its diff, the checks of a topic against the calls) works unchanged on the compacted RLMM, a
-subclass of the topic RLMM: it is loaded from that file here, under another module name, and
-re-exported, not copied. What differs is added: the compacted RLMM's configuration, reading the
-projection and audit topics (``read_committed``, keys included: ``_scenario_support``), the
-consistency of the two topics, and the cluster operations of the leader-move tests.
-
-Nothing here sleeps as an assertion: every wait is on a condition with a deadline.
+``cache_view`` and ``diff_views`` are re-exported for ``test_scenarios.py``. Nothing here sleeps
+as an assertion: every wait is on a condition with a deadline.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -21,14 +16,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from _scenario_support import Rec, read_records
-from confluent_kafka import ElectionType, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from services.kafka import KafkaCluster, run_kafka_class
+from confluent_kafka import Producer
+from services.rlmm_faults import cache_view, diff_views
 from tierlog_rlmm_compacted import CompactedRemoteLogMetadataManager, txn_producer
 from tierlog_rlmm_compacted.values import decode_value
 
@@ -47,53 +39,14 @@ from tierlog.spi import (
     Uuid,
 )
 
-_TOPIC_SUPPORT_PATH = (
-    Path(__file__).resolve().parents[2] / "rlmm_topic" / "tests" / "_fault_support.py"
-)
-
-
-def _load_topic_support() -> ModuleType:
-    """``plugins/rlmm_topic/tests/_fault_support.py`` as ``_rlmm_topic_fault_support`` (its
-    own name would clash with this module's)."""
-    name = "_rlmm_topic_fault_support"
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(name, _TOPIC_SUPPORT_PATH)
-    assert spec is not None and spec.loader is not None, _TOPIC_SUPPORT_PATH
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_topic = _load_topic_support()
-DEADLINE_S: float = _topic.DEADLINE_S
-RESTART_DEADLINE_S: float = _topic.RESTART_DEADLINE_S
-Call: Any = _topic.Call
-CallHung: Any = _topic.CallHung
-Writer: Any = _topic.Writer
-cache_view: Callable[..., dict[tuple[Any, ...], Any]] = _topic.cache_view
-diff_views: Callable[..., list[str]] = _topic.diff_views
-check_topic_against_calls: Callable[..., None] = _topic.check_topic_against_calls
-expected_segments: Callable[..., Any] = _topic.expected_segments
-listed_by_id: Callable[..., Any] = _topic.listed_by_id
-
 __all__ = [
-    "DEADLINE_S",
-    "RESTART_DEADLINE_S",
-    "Call",
-    "CallHung",
-    "Writer",
+    "AUDIT_SUFFIX",
+    "KILLED_EXIT_CODE",
+    "audit_history",
     "cache_view",
-    "check_topic_against_calls",
     "check_topics_agree",
     "diff_views",
-    "elect_preferred",
-    "expected_segments",
-    "listed_by_id",
-    "partition_state",
-    "reassign",
+    "killed_writer_main",
 ]
 
 
@@ -130,65 +83,14 @@ def check_topics_agree(servers: str, topic: str, audit_topic: str) -> tuple[list
     return projection, audit
 
 
-# The leader of a topic's partition 0, moved in the three-node cluster -------------------------
-def partition_state(admin: AdminClient, topic: str) -> tuple[int, list[int], list[int]]:
-    """(leader, replicas, isr) of ``topic`` partition 0, as the cluster reports them."""
-    described = admin.list_topics(topic=topic, timeout=30).topics[topic].partitions[0]
-    return described.leader, list(described.replicas), list(described.isrs)
+AUDIT_SUFFIX = "-audit"
+"""The tests' audit topic of a projection topic is named after it, with this suffix."""
 
 
-def elect_preferred(
-    admin: AdminClient, topic: str, expected_leader: int, wait: Callable[..., None]
-) -> None:
-    """Run a preferred leader election of ``topic``-0 until ``expected_leader`` leads it."""
-
-    def elected() -> bool:
-        if partition_state(admin, topic)[0] == expected_leader:
-            return True
-        result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)])
-        try:
-            result.result(timeout=60)
-        except Exception:  # not yet possible (the replica catching up): try again
-            return False
-        return partition_state(admin, topic)[0] == expected_leader
-
-    wait(elected, f"node {expected_leader} leading {topic}-0", RESTART_DEADLINE_S, interval=1.0)
-
-
-def reassign(
-    cluster: KafkaCluster,
-    directory: Path,
-    moves: dict[str, list[int]],
-    wait: Callable[..., None],
-) -> None:
-    """Reassign partition 0 of each topic of ``moves`` to its replicas (same set, new order)
-    with Kafka's ReassignPartitionsCommand; wait until Kafka reports it complete."""
-    plan = directory / f"reassign-{len(list(directory.glob('reassign-*')))}.json"
-    plan.write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "partitions": [
-                    {"topic": topic, "partition": 0, "replicas": replicas}
-                    for topic, replicas in moves.items()
-                ],
-            }
-        )
-    )
-    tool = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
-    common = [
-        "--bootstrap-server",
-        cluster.bootstrap_servers,
-        "--reassignment-json-file",
-        str(plan),
-    ]
-    run_kafka_class(tool, [*common, "--execute"])
-
-    def completed() -> bool:
-        result = run_kafka_class(tool, [*common, "--verify"], check=False)
-        return result.returncode == 0 and "is still in progress" not in result.stdout
-
-    wait(completed, f"the reassignment {moves}", RESTART_DEADLINE_S, interval=1.0)
+def audit_history(servers: str, topic: str) -> list[Rec]:
+    """The legacy history of the projection topic ``topic``: its audit topic, once
+    ``check_topics_agree`` passed."""
+    return check_topics_agree(servers, topic, topic + AUDIT_SUFFIX)[1]
 
 
 # A node killed in the middle of a transaction (run in a child process) ------------------------

@@ -4,27 +4,37 @@ says (in words, to compare lists of records), Kafka's log cleaner made to run, a
 a scenario's outcome is compared with (a fresh node bootstrapping from the compacted topic, a
 legacy replay of the audit topic).
 
-Used by ``test_scenarios.py``, ``test_mixed_cluster.py`` and ``test_faults.py``. Nothing here
-sleeps as an assertion: every wait is on a condition with a deadline.
+Used by ``test_scenarios.py``, ``test_mixed_cluster.py`` and ``test_faults.py``. What both RLMM
+plugins' tests use (waiting, nodes, the independent reader of a topic) is
+``services.rlmm_faults``'s, re-exported here. Nothing here sleeps as an assertion: every wait
+is on a condition with a deadline.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, Unpack
 
-import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.admin._resource import ResourceType
+from services import rlmm_faults
+from services.rlmm_faults import (
+    DEADLINE_S,
+    Layout,
+    Rec,
+    assign,
+    node_configs,
+    read_records,
+    wait_gone,
+    wait_until,
+)
 from tierlog_rlmm_compacted import CompactedRemoteLogMetadataManager
+from tierlog_rlmm_compacted.config import AUDIT_TOPIC_NAME
 from tierlog_rlmm_compacted.keys import MetadataKey
 from tierlog_rlmm_compacted.state import PartitionState, logical_state
 from tierlog_rlmm_compacted.values import decode_value
@@ -39,8 +49,6 @@ from tierlog.spi import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
-    RemoteResourceNotFoundException,
-    RemoteStorageException,
     TopicIdPartition,
     Uuid,
 )
@@ -71,30 +79,11 @@ __all__ = [
     "wait_until",
 ]
 
-DEADLINE_S: Final = 180.0
-"""Waits for a condition on a healthy broker (readiness, a write, convergence)."""
 COMPACTION_DEADLINE_S: Final = 240.0
 """Waits for Kafka's log cleaner to leave the expected content: a few cleaning rounds (the
 broker's ``log.cleaner.backoff.ms`` is 1 s) on two busy cores; a tombstone needs two."""
 
 ROLL_INTERVAL_S: Final = 0.5
-
-
-def wait_until(
-    condition: Callable[[], bool],
-    what: str,
-    timeout: float = DEADLINE_S,
-    *,
-    interval: float = 0.05,
-    details: Callable[[], str] | None = None,
-) -> None:
-    """Wait for ``condition()``; fail the test naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            extra = f"\n{details()}" if details is not None else ""
-            pytest.fail(f"{what} did not happen within {timeout:.0f} s{extra}", pytrace=False)
-        time.sleep(interval)
 
 
 # Configurations ----------------------------------------------------------------------------------
@@ -104,24 +93,14 @@ def compacted_configs(
     audit_topic: str,
     *,
     node_id: int,
-    partitions: int = 1,
-    replication_factor: int = 1,
-    min_isr: int = 1,
     extra: Mapping[str, str] | None = None,
+    **layout: Unpack[Layout],
 ) -> dict[str, str]:
     """The compacted RLMM's ``rlmm.config.`` keys for a projection and an audit topic of the
-    test's own."""
-    return {
-        "remote.log.metadata.common.client.bootstrap.servers": servers,
-        "remote.log.metadata.topic.name": topic,
-        "remote.log.metadata.audit.topic.name": audit_topic,
-        "remote.log.metadata.topic.num.partitions": str(partitions),
-        "remote.log.metadata.topic.replication.factor": str(replication_factor),
-        "remote.log.metadata.topic.min.isr": str(min_isr),
-        "remote.log.metadata.initialization.retry.max.timeout.ms": "120000",
-        "node.id": str(node_id),
-        **(extra or {}),
-    }
+    test's own (one partition unless ``layout`` says otherwise)."""
+    layout.setdefault("partitions", 1)
+    own = {AUDIT_TOPIC_NAME: audit_topic, **(extra or {})}
+    return node_configs(servers, topic, node_id=node_id, extra=own, **layout)
 
 
 def cleaner_configs(*, min_compaction_lag_ms: int) -> dict[str, str]:
@@ -145,15 +124,10 @@ def legacy_configs(
 ) -> dict[str, str]:
     """tierlog's ``topic`` RLMM (Kafka's TBRLMM) reading the audit topic as its metadata topic,
     committed records only (the audit records are transactional)."""
-    return {
-        "remote.log.metadata.common.client.bootstrap.servers": servers,
-        "remote.log.metadata.topic.name": audit_topic,
-        "remote.log.metadata.topic.num.partitions": str(partitions),
-        "remote.log.metadata.topic.replication.factor": "1",
-        "remote.log.metadata.topic.min.isr": "1",
-        "remote.log.metadata.consumer.isolation.level": "read_committed",
-        "node.id": str(node_id),
-    }
+    isolation = {"remote.log.metadata.consumer.isolation.level": "read_committed"}
+    return node_configs(
+        servers, audit_topic, node_id=node_id, partitions=partitions, extra=isolation
+    )
 
 
 def open_node(
@@ -163,42 +137,7 @@ def open_node(
 ) -> RemoteLogMetadataManager:
     """A configured RLMM (compacted unless ``kind`` says otherwise), appended to ``opened``
     (closed by the test's fixture)."""
-    rlmm = kind()
-    opened.append(rlmm)
-    rlmm.configure(dict(configs))
-    return rlmm
-
-
-def assign(
-    rlmm: RemoteLogMetadataManager,
-    tips: Iterable[TopicIdPartition],
-    *,
-    follower: bool = False,
-    wait: bool = True,
-) -> None:
-    """Assign ``tips`` (as leader unless ``follower``) and wait until each is ready."""
-    tips = set(tips)
-    if follower:
-        rlmm.on_partition_leadership_changes(set(), tips)
-    else:
-        rlmm.on_partition_leadership_changes(tips, set())
-    if wait:
-        wait_until(lambda: all(rlmm.is_ready(tip) for tip in tips), f"readiness of {tips}")
-
-
-def wait_gone(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition) -> None:
-    """Wait until the node has replayed the partition's finished deletion (reads: not found)."""
-
-    def not_found() -> bool:
-        try:
-            rlmm.list_remote_log_segments(tip)
-        except RemoteResourceNotFoundException:
-            return True
-        except RemoteStorageException:
-            return False
-        return False
-
-    wait_until(not_found, f"the replay of {tip}'s finished deletion")
+    return rlmm_faults.open_node(configs, opened, kind)
 
 
 def node_state(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition) -> PartitionState:
@@ -207,80 +146,6 @@ def node_state(rlmm: RemoteLogMetadataManager, tip: TopicIdPartition) -> Partiti
 
 
 # Topics, read and configured from outside -------------------------------------------------------
-@dataclass(frozen=True)
-class Rec:
-    """One record of a topic as an independent consumer saw it."""
-
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-    @property
-    def key_text(self) -> str | None:
-        return None if self.key is None else self.key.decode("ascii", "replace")
-
-
-def read_records(
-    servers: str,
-    topic: str,
-    *,
-    isolation: str = "read_committed",
-    timeout: float = DEADLINE_S,
-) -> list[Rec]:
-    """Every record of every partition of ``topic`` up to its end when the read starts (for
-    ``read_committed``: its last stable offset), in (partition, offset) order, read by a bare
-    confluent-kafka consumer of its own."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": servers,
-            "group.id": f"tierlog-compacted-test-reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=60).topics[topic].partitions)
-        assert partitions, f"{topic} has no partitions"
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=60, cached=False)[1]
-            for p in partitions
-        }
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        records: list[Rec] = []
-        done = {p for p in partitions if ends[p] == 0}
-        deadline = time.monotonic() + timeout
-        while len(done) < len(partitions):
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"could not read {topic} ({isolation}) to its end offsets {ends} within "
-                    f"{timeout:.0f} s (done: {sorted(done)})",
-                    pytrace=False,
-                )
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            partition, offset = message.partition(), message.offset()
-            assert partition is not None and offset is not None
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    if offset >= ends[partition]:
-                        done.add(partition)
-                    continue
-                assert error.retriable(), f"reading {topic}: {error}"
-                continue
-            if offset < ends[partition]:
-                records.append(Rec(partition, offset, message.key(), message.value()))
-            if offset + 1 >= ends[partition]:
-                done.add(partition)
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        consumer.close()
-
-
 def alter_topic(admin: AdminClient, topic: str, configs: Mapping[str, str]) -> None:
     """Set topic configs (incrementally), as an operator's ``kafka-configs --alter`` would."""
     entries = [

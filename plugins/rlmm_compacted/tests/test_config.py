@@ -1,6 +1,8 @@
-"""The ``compacted`` RLMM's configuration: its own keys and defaults on top of the topic RLMM's,
-the projection and audit topic configs, the transactional client settings, and every
-``ConfigError`` (no broker needed)."""
+"""The ``compacted`` RLMM's configuration: the checks shared with the topic RLMM
+(``services.rlmm_suites.RlmmConfigSuite``: documented keys, refused values of the topic RLMM's
+keys and of its own, unknown keys, secrets, required keys), then its own keys and defaults on
+top of the topic RLMM's, the projection and audit topic configs, the transactional client
+settings, and the errors of its own (no broker needed)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import logging
 import re
 
 import pytest
+from services.rlmm_suites import RlmmConfigSuite
 from tierlog_rlmm_compacted.config import (
     AUDIT_ENABLE,
     AUDIT_RETENTION_MS,
@@ -24,6 +27,40 @@ from tierlog_rlmm_topic import CONFIG_KEYS as TOPIC_CONFIG_KEYS
 from tierlog.spi import ConfigError, InvalidArgumentError
 
 SERVERS = "remote.log.metadata.common.client.bootstrap.servers"
+
+
+class TestConfig(RlmmConfigSuite):
+    """The shared configuration tests on ``CompactedRlmmConfig``, with its own refused values
+    and misspelt keys."""
+
+    config_class = CompactedRlmmConfig
+    config_keys = CONFIG_KEYS
+    bad_values = (
+        *RlmmConfigSuite.bad_values,
+        (AUDIT_ENABLE, "maybe", "Expected value to be either true or false"),
+        (AUDIT_TOPIC_NAME, " ", "non-empty"),
+        (AUDIT_RETENTION_MS, "0", r"-1 \(unlimited\) or greater than 0"),
+        (AUDIT_RETENTION_MS, "-2", r"-1 \(unlimited\) or greater than 0"),
+        (AUDIT_RETENTION_MS, "x", "Not a number"),
+        (CLEANUP_INTERVAL_MS, "0", "at least 1"),
+        (CLEANUP_INTERVAL_MS, "1h", "Not a number"),
+        (LEVEL_REFRESH_MS, "-5", "at least 1"),
+        (TOPIC_CONFIG_PREFIX + "min.cleanable.dirty.ratio", "1.5", "no more than 1"),
+        (TOPIC_CONFIG_PREFIX + "min.cleanable.dirty.ratio", "a tenth", "Not a number"),
+        (TOPIC_CONFIG_PREFIX + "delete.retention.ms", "-1", "at least 0"),
+        (TOPIC_CONFIG_PREFIX + "segment.ms", "0", "at least 1"),
+        (TOPIC_CONFIG_PREFIX + "min.insync.replicas", "0", "at least 1"),
+        (TOPIC_CONFIG_PREFIX + "remote.storage.enable", "yes", "either true or false"),
+        (TOPIC_CONFIG_PREFIX + "remote.storage.enable", "true", "never tiered"),
+        (TOPIC_CONFIG_PREFIX + "cleanup.policy", "delete", "must be compacted"),
+        (TOPIC_CONFIG_PREFIX + "cleanup.policy", "compact,delete", "must be compacted"),
+        (TOPIC_CONFIG_PREFIX + "cleanup.policy", "", "must be compacted"),
+        (TOPIC_CONFIG_PREFIX, "1", "names no topic config"),
+    )
+    misspelt = (
+        *RlmmConfigSuite.misspelt,
+        ("remote.log.metadata.audit.topic.retention.msec", AUDIT_RETENTION_MS),
+    )
 
 
 def parse(extra: dict[str, str] | None = None) -> CompactedRlmmConfig:
@@ -49,7 +86,8 @@ def test_defaults() -> None:
     }
 
 
-def test_every_key_is_documented_and_new() -> None:
+def test_its_keys_are_new() -> None:
+    """Its own keys (all documented: ``TestConfig``), none of them a topic RLMM's."""
     assert CompactedRlmmConfig.keys() == {
         AUDIT_ENABLE,
         AUDIT_TOPIC_NAME,
@@ -57,7 +95,6 @@ def test_every_key_is_documented_and_new() -> None:
         CLEANUP_INTERVAL_MS,
         LEVEL_REFRESH_MS,
     }
-    assert all(key.doc and key.default for key in CONFIG_KEYS)
     assert not CompactedRlmmConfig.keys() & {key.name for key in TOPIC_CONFIG_KEYS}
 
 
@@ -174,11 +211,7 @@ def test_the_producer_is_transactional_and_the_consumer_reads_committed() -> Non
     assert config.transactional_id == "__remote_log_metadata_client_7_txn"
     assert config.producer["transactional.id"] == "__remote_log_metadata_client_7_txn"
     assert config.consumer["isolation.level"] == "read_committed"
-    # The topic RLMM's settings are kept.
-    assert config.producer["acks"] == "all"
-    assert config.producer["enable.idempotence"] == "true"
-    assert config.producer["client.id"] == "__remote_log_metadata_client_7_producer"
-    assert config.consumer["enable.auto.commit"] == "false"
+    # The topic RLMM's forced settings are kept: TestConfig.test_forced_client_settings_as_kafka.
     assert "transactional.id" not in config.consumer
     assert config.base.consumer["isolation.level"] == "read_uncommitted"  # base untouched
 
@@ -213,20 +246,6 @@ def test_the_same_forced_values_are_not_reported(caplog: pytest.LogCaptureFixtur
     assert "overridden" not in caplog.text
 
 
-def test_secrets_stay_out_of_repr() -> None:
-    config = parse(
-        {
-            "remote.log.metadata.common.client.sasl.jaas.config": (
-                "org.apache.kafka.common.security.plain.PlainLoginModule required "
-                'username="u" password="s3cret";'
-            )
-        }
-    )
-    assert config.producer["sasl.password"] == "s3cret"
-    assert config.consumer["sasl.password"] == "s3cret"
-    assert "s3cret" not in repr(config)
-
-
 def test_own_and_topic_keys_are_not_unknown(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         parse(
@@ -244,52 +263,6 @@ def test_own_and_topic_keys_are_not_unknown(caplog: pytest.LogCaptureFixture) ->
     assert "unknown" not in caplog.text
 
 
-def test_unknown_keys_are_reported_with_a_suggestion(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        parse(
-            {
-                "remote.log.metadata.audit.topic.retention.msec": "1",
-                "remote.log.metadata.topic.num.partiton": "5",
-                "something.else": "1",
-            }
-        )
-    text = caplog.text
-    assert "compacted RLMM ignores unknown configuration key(s)" in text
-    assert "did you mean remote.log.metadata.audit.topic.retention.ms?" in text
-    assert "did you mean remote.log.metadata.topic.num.partitions?" in text
-    assert "something.else" in text
-
-
-@pytest.mark.parametrize(
-    ("key", "value", "message"),
-    [
-        (AUDIT_ENABLE, "maybe", "Expected value to be either true or false"),
-        (AUDIT_TOPIC_NAME, " ", "non-empty"),
-        (AUDIT_RETENTION_MS, "0", r"-1 \(unlimited\) or greater than 0"),
-        (AUDIT_RETENTION_MS, "-2", r"-1 \(unlimited\) or greater than 0"),
-        (AUDIT_RETENTION_MS, "x", "Not a number"),
-        (CLEANUP_INTERVAL_MS, "0", "at least 1"),
-        (CLEANUP_INTERVAL_MS, "1h", "Not a number"),
-        (LEVEL_REFRESH_MS, "-5", "at least 1"),
-        (TOPIC_CONFIG_PREFIX + "min.cleanable.dirty.ratio", "1.5", "no more than 1"),
-        (TOPIC_CONFIG_PREFIX + "min.cleanable.dirty.ratio", "a tenth", "Not a number"),
-        (TOPIC_CONFIG_PREFIX + "delete.retention.ms", "-1", "at least 0"),
-        (TOPIC_CONFIG_PREFIX + "segment.ms", "0", "at least 1"),
-        (TOPIC_CONFIG_PREFIX + "min.insync.replicas", "0", "at least 1"),
-        (TOPIC_CONFIG_PREFIX + "remote.storage.enable", "yes", "either true or false"),
-        (TOPIC_CONFIG_PREFIX + "remote.storage.enable", "true", "never tiered"),
-        (TOPIC_CONFIG_PREFIX + "cleanup.policy", "delete", "must be compacted"),
-        (TOPIC_CONFIG_PREFIX + "cleanup.policy", "compact,delete", "must be compacted"),
-        (TOPIC_CONFIG_PREFIX + "cleanup.policy", "", "must be compacted"),
-        (TOPIC_CONFIG_PREFIX, "1", "names no topic config"),
-    ],
-)
-def test_bad_values_name_the_key(key: str, value: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message) as caught:
-        parse({key: value})
-    assert key in str(caught.value)
-
-
 def test_the_audit_topic_cannot_be_the_projection() -> None:
     with pytest.raises(ConfigError) as caught:
         parse({"remote.log.metadata.topic.name": "meta", AUDIT_TOPIC_NAME: "meta"})
@@ -299,12 +272,3 @@ def test_the_audit_topic_cannot_be_the_projection() -> None:
     assert "must be two topics" in message
     with pytest.raises(ConfigError, match=re.escape(AUDIT_TOPIC_NAME)):
         parse({AUDIT_TOPIC_NAME: "__remote_log_metadata"})  # the default projection name
-
-
-def test_the_topic_rlmms_errors_name_this_plugin() -> None:
-    with pytest.raises(ConfigError, match=r"^the compacted RLMM needs node\.id"):
-        CompactedRlmmConfig.from_configs({SERVERS: "k:1"})
-    with pytest.raises(ConfigError, match=re.escape(SERVERS)):
-        CompactedRlmmConfig.from_configs({"node.id": "1"})
-    with pytest.raises(ConfigError, match=re.escape("remote.log.metadata.topic.num.partitions")):
-        parse({"remote.log.metadata.topic.num.partitions": "0"})

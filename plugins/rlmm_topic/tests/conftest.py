@@ -1,17 +1,16 @@
-"""Real Apache Kafka brokers for the plugin's tests (``<repo>/scripts/services/kafka.py``).
+"""The topic RLMM's fixtures: those both Kafka-topic RLMM plugins' suites share
+(``services.rlmm_fixtures``: the real Apache Kafka brokers of ``services.kafka_fixtures``, topics
+of a test's own, nodes), and ``rlmm_plugin``, this plugin as they and the shared tests
+(``services.rlmm_suites``) see it.
 
-``kafka_broker`` is the session's single broker (it also runs Kafka's own tiered storage, with
-its own 5-partition ``__remote_log_metadata``: the tests here always use topics of their own,
-named by ``remote.log.metadata.topic.name``). ``kafka_cluster`` and ``kafka_factory`` are there
-for the fault tests. Under xdist every worker starts its own broker.
+The session's ``kafka_broker`` also runs Kafka's own tiered storage, with its own 5-partition
+``__remote_log_metadata``: the tests here always use metadata topics of their own. Under xdist
+every worker starts its own broker.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,52 +20,12 @@ _SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
 if str(_SCRIPTS) not in sys.path:
     sys.path.insert(0, str(_SCRIPTS))
 
-from confluent_kafka.admin import AdminClient  # noqa: E402
-from services._common import Service  # noqa: E402
-from services.kafka_fixtures import kafka_broker, kafka_cluster, kafka_factory  # noqa: E402
-
-__all__ = ["kafka_broker", "kafka_cluster", "kafka_factory"]
+from services.rlmm_faults import PluginUnderTest  # noqa: E402
+from services.rlmm_fixtures import *  # noqa: E402, F403 (the shared fixtures: its __all__)
+from tierlog_rlmm_topic import TopicBasedRemoteLogMetadataManager  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def kafka_admin(kafka_broker: Service) -> AdminClient:
-    """A plain admin client of the session's broker: set-up and independent inspection."""
-    return AdminClient({"bootstrap.servers": kafka_broker.url})
-
-
-@pytest.fixture
-def topic_name() -> str:
-    """A fresh metadata topic name for one test."""
-    return f"tierlog-rlmm-test-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def rlmm_configs(kafka_broker: Service, topic_name: str) -> Callable[..., dict[str, str]]:
-    """``rlmm_configs(**overrides)``: the plugin's configuration on the session's broker, a
-    topic of the test's own with 3 partitions and one replica; ``overrides`` use ``_`` for
-    ``.`` in keys only when given as ``extra={...}``."""
-
-    def make(extra: dict[str, str] | None = None) -> dict[str, str]:
-        return {
-            "remote.log.metadata.common.client.bootstrap.servers": kafka_broker.url,
-            "remote.log.metadata.topic.name": topic_name,
-            "remote.log.metadata.topic.num.partitions": "3",
-            "remote.log.metadata.topic.replication.factor": "1",
-            "remote.log.metadata.topic.min.isr": "1",
-            "node.id": "1",
-            **(extra or {}),
-        }
-
-    return make
-
-
-@pytest.fixture
-def delete_topics(kafka_admin: AdminClient) -> Iterator[list[str]]:
-    """Topics appended to the list are deleted after the test."""
-    topics: list[str] = []
-    yield topics
-    if topics:
-        for future in kafka_admin.delete_topics(topics, operation_timeout=30).values():
-            # Best effort: the broker goes away with the session anyway.
-            with contextlib.suppress(Exception):
-                future.result(timeout=60)
+def rlmm_plugin() -> PluginUnderTest:
+    """The topic RLMM: one metadata topic, its records read back as they are."""
+    return PluginUnderTest("topic", TopicBasedRemoteLogMetadataManager, "topic RLMM")

@@ -1,13 +1,14 @@
-"""The ``topic`` RLMM's configuration: Kafka's keys and defaults, the client prefixes, the
-translation of Java client keys to librdkafka's, and the errors (no broker needed)."""
+"""The ``topic`` RLMM's configuration: the shared checks (``services.rlmm_suites.
+RlmmConfigSuite``: documented keys, refused values, unknown keys, secrets, required keys), then
+Kafka's keys and defaults, the client prefixes, the translation of Java client keys to
+librdkafka's, and the keys another plugin parses from the same mapping (no broker needed)."""
 
 from __future__ import annotations
 
 import logging
-import re
-from pathlib import Path
 
 import pytest
+from services.rlmm_suites import RlmmConfigSuite
 from tierlog_rlmm_topic import CONFIG_KEYS, TopicRlmmConfig
 from tierlog_rlmm_topic.clients import translate
 from tierlog_rlmm_topic.config import DEFAULT_TOPIC_NAME
@@ -15,6 +16,13 @@ from tierlog_rlmm_topic.config import DEFAULT_TOPIC_NAME
 from tierlog.spi import ConfigError
 
 SERVERS = "remote.log.metadata.common.client.bootstrap.servers"
+
+
+class TestConfig(RlmmConfigSuite):
+    """The shared configuration tests on ``TopicRlmmConfig``."""
+
+    config_class = TopicRlmmConfig
+    config_keys = CONFIG_KEYS
 
 
 def parse(**extra: str) -> TopicRlmmConfig:
@@ -44,11 +52,6 @@ def test_kafka_defaults() -> None:
         "remote.storage.enable": "false",
         "min.insync.replicas": "2",
     }
-
-
-def test_every_key_is_documented() -> None:
-    assert TopicRlmmConfig.keys() == {key.name for key in CONFIG_KEYS}
-    assert all(key.doc and key.default for key in CONFIG_KEYS)
 
 
 def test_kafka_keys_are_read() -> None:
@@ -83,51 +86,8 @@ def test_kafka_keys_are_read() -> None:
     assert config.topic_configs()["retention.ms"] == "604800000"
 
 
-def test_node_id_is_required() -> None:
-    with pytest.raises(ConfigError, match=r"node\.id \(or the deprecated broker\.id\)"):
-        TopicRlmmConfig.from_configs({SERVERS: "k:1"})
-
-
 def test_node_id_wins_over_broker_id() -> None:
     assert parse(broker__id="9").node_id == 7
-
-
-def test_bootstrap_servers_are_required() -> None:
-    with pytest.raises(ConfigError, match=re.escape(SERVERS)):
-        TopicRlmmConfig.from_configs({"node.id": "1"})
-
-
-@pytest.mark.parametrize(
-    ("key", "value", "message"),
-    [
-        ("remote.log.metadata.topic.num.partitions", "0", "at least 1"),
-        ("remote.log.metadata.topic.num.partitions", "x", "Not a number"),
-        ("remote.log.metadata.topic.replication.factor", "0", "at least 1"),
-        ("remote.log.metadata.topic.replication.factor", "40000", "no more than 32767"),
-        ("remote.log.metadata.topic.min.isr", "0", "at least 1"),
-        ("remote.log.metadata.topic.retention.ms", "0", r"-1 \(unlimited\) or greater than 0"),
-        ("remote.log.metadata.topic.retention.ms", "-2", r"-1 \(unlimited\) or greater than 0"),
-        ("remote.log.metadata.consume.wait.ms", "-1", "at least 0"),
-        ("remote.log.metadata.initialization.retry.max.timeout.ms", "-1", "at least 0"),
-        ("remote.log.metadata.initialization.retry.interval.ms", "-5", "at least 0"),
-        ("remote.log.metadata.topic.name", " ", "non-empty"),
-        ("node.id", "one", "Not a number"),
-    ],
-)
-def test_bad_values_name_the_key(key: str, value: str, message: str) -> None:
-    configs = {"node.id": "1", SERVERS: "k:1", key: value}
-    with pytest.raises(ConfigError, match=message) as caught:
-        TopicRlmmConfig.from_configs(configs)
-    assert key in str(caught.value)
-
-
-def test_unknown_keys_are_reported_with_a_suggestion(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        parse(remote__log__metadata__topic__num__partiton="5", something__else="1")
-    text = caplog.text
-    assert "remote.log.metadata.topic.num.partiton" in text
-    assert "did you mean remote.log.metadata.topic.num.partitions?" in text
-    assert "something.else" in text
 
 
 def test_specific_prefixes_override_the_common_one() -> None:
@@ -150,24 +110,10 @@ def test_specific_prefixes_override_the_common_one() -> None:
     assert "socket.timeout.ms" not in config.producer
 
 
-def test_forced_client_settings_as_kafka(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        config = parse(
-            remote__log__metadata__producer__acks="1",
-            remote__log__metadata__consumer__enable__auto__commit="true",
-            remote__log__metadata__common__client__client__id="mine",
-        )
-    assert config.producer["acks"] == "all"
-    assert config.producer["enable.idempotence"] == "true"
-    assert config.producer["client.id"] == "__remote_log_metadata_client_7_producer"
-    assert config.consumer["client.id"] == "__remote_log_metadata_client_7_consumer"
+def test_the_admin_client_is_named_as_kafkas() -> None:
+    """(The producer's and consumer's forced settings: ``TestConfig``.)"""
+    config = parse(remote__log__metadata__common__client__client__id="mine")
     assert config.admin["client.id"] == "__remote_log_metadata_client_7_admin"
-    assert config.consumer["enable.auto.commit"] == "false"
-    assert config.consumer["auto.offset.reset"] == "earliest"
-    assert config.consumer["group.id"]  # librdkafka needs one; it is never joined
-    assert "remote.log.metadata.producer.acks=1 is overridden" in caplog.text
-    assert "remote.log.metadata.consumer.enable.auto.commit=true is overridden" in caplog.text
-    assert "remote.log.metadata.common.client.client.id is overridden" in caplog.text
 
 
 def test_consumer_memory_is_bounded_unless_set() -> None:
@@ -179,17 +125,6 @@ def test_consumer_memory_is_bounded_unless_set() -> None:
     custom = parse(remote__log__metadata__consumer__queued__max__messages__kbytes="1024")
     assert custom.consumer["queued.max.messages.kbytes"] == "1024"
     assert "queued.max.messages.kbytes" not in custom.producer
-
-
-def test_secrets_stay_out_of_repr() -> None:
-    config = parse(
-        remote__log__metadata__common__client__sasl__jaas__config=(
-            'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" '
-            'password="s3cret";'
-        )
-    )
-    assert config.producer["sasl.password"] == "s3cret"
-    assert "s3cret" not in repr(config)
 
 
 # Java client keys -> librdkafka ----------------------------------------------------------------
@@ -357,14 +292,6 @@ def test_renamed_keys() -> None:
     }
 
 
-def test_the_readme_documents_every_key() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    for key in CONFIG_KEYS:
-        assert f"| `{key.name}` | {key.default} |" in readme.replace(
-            f"`{DEFAULT_TOPIC_NAME}`", DEFAULT_TOPIC_NAME
-        ), f"README's table lacks {key.name} (default {key.default})"
-
-
 # Keys another plugin parses from the same mapping ------------------------------------------------
 def test_extra_keys_and_prefixes_are_not_unknown(caplog: pytest.LogCaptureFixture) -> None:
     configs = {
@@ -399,10 +326,9 @@ def test_did_you_mean_sees_the_extra_keys(caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_owner_names_the_plugin_in_errors() -> None:
+    """``owner`` names the plugin that parses (the topic RLMM's own messages, without it, are
+    checked by ``TestConfig``)."""
     with pytest.raises(ConfigError, match=r"^the compacted RLMM needs node\.id"):
         TopicRlmmConfig.from_configs({SERVERS: "k:1"}, owner="compacted RLMM")
     with pytest.raises(ConfigError, match="the compacted RLMM's producer has no bootstrap"):
         TopicRlmmConfig.from_configs({"node.id": "1"}, owner="compacted RLMM")
-    # The topic RLMM's own messages are unchanged.
-    with pytest.raises(ConfigError, match=r"^the topic RLMM needs node\.id"):
-        TopicRlmmConfig.from_configs({SERVERS: "k:1"})

@@ -1,6 +1,8 @@
-"""The ``topic`` RLMM against a real broker, checked from outside: the topic it creates, the
-records it writes (read back with a bare confluent-kafka consumer), initialization failures,
-read-your-writes, replay by a second node, an unreadable record, and replay progress.
+"""The ``topic`` RLMM against a real broker, checked from outside: the shared manager tests
+(``services.rlmm_suites.RlmmManagerSuite``: registration, the conformance configuration,
+read-your-writes, replay by a second node, lifecycle errors), then this plugin's own: the topic
+it creates, the records it writes (read back with a bare confluent-kafka consumer),
+initialization failures, refused writes, an unreadable record, and replay progress.
 
 Every test uses a topic of its own (``topic_name``), deleted afterwards; waits are on
 conditions with generous deadlines, never sleeps taken as assertions.
@@ -10,16 +12,22 @@ from __future__ import annotations
 
 import io
 import logging
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from typing import Any
+from collections.abc import Callable
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
-from services._common import Service, free_ports
+from services._common import Service
+from services.rlmm_faults import (
+    DEADLINE_S,
+    assign,
+    check_gives_up,
+    done,
+    read_partition,
+    wait_until,
+)
+from services.rlmm_suites import RlmmManagerSuite
 from tierlog_rlmm_topic import (
     ReplayProgressSettings,
     TopicBasedRemoteLogMetadataManager,
@@ -39,65 +47,20 @@ from tierlog.progress import Progress
 from tierlog.rlm.config import KAFKA_DEFAULT_RLMM_CLASS_NAME, plugin_name
 from tierlog.spi import (
     ConfigError,
-    IllegalStateError,
-    RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException,
     RemoteStorageException,
     RemoteStorageNotReadyException,
     TopicIdPartition,
 )
-from tierlog.spi.plugins import get_registry
 
-DEADLINE_S = 120.0
 PARTITIONS = 3
+SERVERS = "remote.log.metadata.common.client.bootstrap.servers"
 
 Factory = Callable[..., TopicBasedRemoteLogMetadataManager]
 
 
-@pytest.fixture
-def rlmm_factory(
-    rlmm_configs: Callable[..., dict[str, str]],
-    topic_name: str,
-    delete_topics: list[str],
-) -> Iterator[Factory]:
-    """``rlmm_factory(extra=None, progress=None)``: a configured RLMM on the test's topic;
-    all are closed after the test, and the topic deleted."""
-    made: list[TopicBasedRemoteLogMetadataManager] = []
-    delete_topics.append(topic_name)
-
-    def make(
-        extra: dict[str, str] | None = None, progress: ReplayProgressSettings | None = None
-    ) -> TopicBasedRemoteLogMetadataManager:
-        rlmm = TopicBasedRemoteLogMetadataManager(progress=progress)
-        made.append(rlmm)
-        rlmm.configure(rlmm_configs(extra))
-        return rlmm
-
-    yield make
-    for rlmm in made:
-        rlmm.close()
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {timeout}s", pytrace=False)
-        time.sleep(0.01)
-
-
-def assign_and_wait(
-    rlmm: TopicBasedRemoteLogMetadataManager, *tips: TopicIdPartition, follower: bool = False
-) -> None:
-    if follower:
-        rlmm.on_partition_leadership_changes(set(), set(tips))
-    else:
-        rlmm.on_partition_leadership_changes(set(tips), set())
-    wait_until(lambda: all(rlmm.is_ready(tip) for tip in tips), f"readiness of {tips}")
-
-
-def done(future: Future[None]) -> None:
-    future.result(timeout=DEADLINE_S)
+class TestManager(RlmmManagerSuite):
+    """The shared manager tests on the topic RLMM (``rlmm_plugin`` in ``conftest.py``)."""
 
 
 def bare_consumer(servers: str) -> Consumer:
@@ -106,32 +69,8 @@ def bare_consumer(servers: str) -> Consumer:
             "bootstrap.servers": servers,
             "group.id": "tierlog-rlmm-test-reader",
             "enable.auto.commit": False,
-            "enable.partition.eof": True,
         }
     )
-
-
-def read_partition(servers: str, topic: str, partition: int) -> list[tuple[int, Any, Any]]:
-    """Every record of ``topic``/``partition`` as ``(offset, key, value)``, read independently
-    of the plugin."""
-    consumer = bare_consumer(servers)
-    records: list[tuple[int, Any, Any]] = []
-    try:
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return records
-                continue
-            records.append((message.offset(), message.key(), message.value()))
-        pytest.fail(f"could not read {topic} partition {partition} to its end", pytrace=False)
-    finally:
-        consumer.close()
 
 
 def end_offsets(servers: str, topic: str) -> list[int]:
@@ -179,22 +118,10 @@ def tips_on_distinct_partitions() -> tuple[TopicIdPartition, TopicIdPartition]:
 
 
 # Registration ------------------------------------------------------------------------------------
-def test_registered_as_topic_and_under_kafkas_class_name() -> None:
-    assert get_registry().metadata_manager_class("topic") is TopicBasedRemoteLogMetadataManager
+def test_kafkas_class_name_means_topic() -> None:
+    """Kafka's own RLMM class name in ``remote.log.metadata.manager.class.name`` selects this
+    plugin (its registration under ``topic`` is a shared test)."""
     assert plugin_name(KAFKA_DEFAULT_RLMM_CLASS_NAME, "embedded") == "topic"
-
-
-def test_conformance_config_needs_the_bootstrap_variable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("TIERLOG_KAFKA_BOOTSTRAP_SERVERS", raising=False)
-    with pytest.raises(ConfigError, match="set TIERLOG_KAFKA_BOOTSTRAP_SERVERS"):
-        TopicBasedRemoteLogMetadataManager.conformance_config()
-    monkeypatch.setenv("TIERLOG_KAFKA_BOOTSTRAP_SERVERS", "h:1")
-    first = TopicBasedRemoteLogMetadataManager.conformance_config()
-    second = TopicBasedRemoteLogMetadataManager.conformance_config()
-    assert first["remote.log.metadata.common.client.bootstrap.servers"] == "h:1"
-    assert first["remote.log.metadata.topic.name"] != second["remote.log.metadata.topic.name"]
 
 
 # The topic ----------------------------------------------------------------------------------------
@@ -230,7 +157,7 @@ def test_an_existing_topic_is_used_as_it_is(
     kafka_admin.create_topics([new])[topic_name].result(timeout=60)
     rlmm = rlmm_factory()
     tip = new_partition()
-    assign_and_wait(rlmm, tip)
+    assign(rlmm, [tip])
     done(rlmm.add_remote_log_segment_metadata(segment(tip, 0, 9, {0: 0})))
 
 
@@ -250,26 +177,17 @@ def test_partition_count_mismatch_names_topic_and_both_counts(
 def test_initialization_gives_up_with_a_clear_error(
     rlmm_configs: Callable[..., dict[str, str]],
 ) -> None:
-    (port,) = free_ports(1)  # nothing listens there
-    servers = f"127.0.0.1:{port}"
     rlmm = TopicBasedRemoteLogMetadataManager()
-    started = time.monotonic()
-    with pytest.raises(RemoteStorageException) as caught:
-        rlmm.configure(
-            rlmm_configs(
-                {
-                    "remote.log.metadata.common.client.bootstrap.servers": servers,
-                    "remote.log.metadata.initialization.retry.max.timeout.ms": "2000",
-                    "remote.log.metadata.initialization.retry.interval.ms": "100",
-                }
-            )
-        )
-    elapsed = time.monotonic() - started
-    message = str(caught.value)
-    assert servers in message
-    assert "within 2000 ms" in message
-    assert "last error:" in message
-    assert elapsed < 30, f"initialization took {elapsed:.1f}s with a 2 s limit"
+    limits = {
+        "remote.log.metadata.initialization.retry.max.timeout.ms": "2000",
+        "remote.log.metadata.initialization.retry.interval.ms": "100",
+    }
+    check_gives_up(
+        lambda servers: rlmm.configure(rlmm_configs({SERVERS: servers, **limits})),
+        RemoteStorageException,
+        "within 2000 ms",
+        "last error:",
+    )
     rlmm.close()
 
 
@@ -291,7 +209,7 @@ def test_records_have_a_null_key_kafkas_partition_and_serde(
 ) -> None:
     rlmm = rlmm_factory()
     tip = new_partition()
-    assign_and_wait(rlmm, tip)
+    assign(rlmm, [tip])
     seg = segment(tip, 0, 99, {0: 0, 3: 50}, txn_idx_empty=True)
     upd = update_of(seg, FINISHED)
     done(rlmm.add_remote_log_segment_metadata(seg))
@@ -307,30 +225,12 @@ def test_records_have_a_null_key_kafkas_partition_and_serde(
 
 
 # Read-your-writes and refused writes -------------------------------------------------------------
-def test_read_your_writes(rlmm_factory: Factory) -> None:
-    rlmm = rlmm_factory()
-    tip = new_partition()
-    assign_and_wait(rlmm, tip)
-    for i in range(20):
-        seg = segment(tip, i * 100, i * 100 + 99, {0: i * 100})
-        done(rlmm.add_remote_log_segment_metadata(seg))
-        assert seg.remote_log_segment_id in {
-            m.remote_log_segment_id for m in rlmm.list_remote_log_segments(tip)
-        }
-        upd = update_of(seg, FINISHED)
-        done(rlmm.update_remote_log_segment_metadata(upd))
-        assert rlmm.remote_log_segment_metadata(tip, 0, i * 100 + 50) == seg.create_with_updates(
-            upd
-        )
-        assert rlmm.highest_offset_for_epoch(tip, 0) == i * 100 + 99
-
-
 def test_refused_writes_produce_nothing(
     rlmm_factory: Factory, kafka_broker: Service, topic_name: str
 ) -> None:
     rlmm = rlmm_factory()
     tip = new_partition()
-    assign_and_wait(rlmm, tip)
+    assign(rlmm, [tip])
     seg = segment(tip, 0, 9, {0: 0})
     done(rlmm.add_remote_log_segment_metadata(seg))
     before = end_offsets(kafka_broker.url, topic_name)
@@ -352,65 +252,6 @@ def test_refused_writes_produce_nothing(
     assert sum(written) == 2
 
 
-# Replay by another node ---------------------------------------------------------------------------
-def test_a_second_node_replays_the_history(rlmm_factory: Factory) -> None:
-    writer = rlmm_factory()
-    tips = [new_partition("replay", p) for p in range(4)]
-    assign_and_wait(writer, *tips)
-    expected: dict[TopicIdPartition, list[RemoteLogSegmentMetadata]] = {}
-    for tip in tips:
-        futures = []
-        segments = []
-        for i in range(25):
-            seg = segment(tip, i * 10, i * 10 + 9, {i // 10: i * 10})
-            segments.append(seg)
-            futures.append(writer.add_remote_log_segment_metadata(seg))
-        for future in futures:
-            done(future)
-        finished = []
-        for seg in segments[:20]:
-            upd = update_of(seg, FINISHED)
-            done(writer.update_remote_log_segment_metadata(upd))
-            finished.append(seg.create_with_updates(upd))
-        expected[tip] = finished + segments[20:]
-    reader = rlmm_factory({"node.id": "2"})
-    assert not any(reader.is_ready(tip) for tip in tips)
-    assign_and_wait(reader, *tips, follower=True)
-    for tip in tips:
-        got = sorted(reader.list_remote_log_segments(tip), key=lambda m: m.start_offset)
-        assert got == expected[tip]
-        assert reader.highest_offset_for_epoch(tip, 1) == 199
-    # The reader follows new writes as they come, without a new assignment.
-    late = segment(tips[0], 1000, 1009, {5: 1000})
-    done(writer.add_remote_log_segment_metadata(late))
-    wait_until(
-        lambda: late in list(reader.list_remote_log_segments(tips[0])),
-        "the second node reading a later write",
-    )
-
-
-def test_unassigned_lookups_and_lifecycle_errors(rlmm_factory: Factory) -> None:
-    rlmm = rlmm_factory()
-    tip = new_partition()
-    with pytest.raises(RemoteResourceNotFoundException):
-        rlmm.list_remote_log_segments(tip)
-    rlmm.on_partition_leadership_changes({tip}, set())
-    wait_until(lambda: rlmm.is_ready(tip), "readiness")
-    rlmm.on_stop_partitions({tip})
-    assert not rlmm.is_ready(tip)
-    rlmm.close()
-    rlmm.close()  # idempotent
-    assert not rlmm.is_ready(tip)
-    with pytest.raises(IllegalStateError):
-        rlmm.list_remote_log_segments(tip)
-    with pytest.raises(IllegalStateError):
-        rlmm.on_partition_leadership_changes({tip}, set())
-    with pytest.raises(IllegalStateError):
-        rlmm.add_remote_log_segment_metadata(segment(tip, 0, 1, {0: 0}))
-    with pytest.raises(IllegalStateError):
-        rlmm.configure({})
-
-
 # An unreadable record -----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("value", "reason"),
@@ -427,7 +268,7 @@ def test_an_unreadable_record_stops_its_partition_with_a_clear_error(
     writer = rlmm_factory()
     servers, topic_name = writer.config.bootstrap_servers, writer.config.topic_name
     broken, healthy = tips_on_distinct_partitions()
-    assign_and_wait(writer, broken, healthy)
+    assign(writer, [broken, healthy])
     good = segment(broken, 0, 9, {0: 0})
     done(writer.add_remote_log_segment_metadata(good))
     bad_partition = partition_of(broken)
@@ -473,7 +314,7 @@ def test_a_long_replay_shows_progress(
 ) -> None:
     writer = rlmm_factory()
     tip = new_partition("progress")
-    assign_and_wait(writer, tip)
+    assign(writer, [tip])
     records = 600
     produce_raw(
         kafka_broker.url,
@@ -496,8 +337,8 @@ def test_a_long_replay_shows_progress(
         ),
     )
     quiet = rlmm_factory({"node.id": "3"})  # the default threshold: nothing shown
-    assign_and_wait(reader, tip)
-    assign_and_wait(quiet, tip)
+    assign(reader, [tip])
+    assign(quiet, [tip])
     assert len(list(reader.list_remote_log_segments(tip))) == records
     assert reader.consumer_task.replays_shown == 1
     assert quiet.consumer_task.replays_shown == 0
