@@ -35,8 +35,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeoutError
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -614,14 +613,15 @@ class Writer:
         for call, future in issued:
             if future is None:
                 continue
-            try:
-                future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except FutureTimeoutError:
+            # wait() then exception(): a future that failed with a TimeoutError of its own
+            # (ConsumeTimeoutError is one) is not a call that hung.
+            wait([future], timeout=max(0.0, deadline - time.monotonic()))
+            if not future.done():
                 call.error = CallHung(
                     f"{call!r} did not complete within {self.call_deadline_s:.0f} s"
                 )
-            except Exception as exc:
-                call.error = exc
+            else:
+                call.error = future.exception()
             call.finished_at = time.monotonic()
 
     def _run(self, tip: TopicIdPartition) -> None:

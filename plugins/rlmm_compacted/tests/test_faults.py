@@ -87,22 +87,6 @@ class TestFaults(RlmmFaultSuite):
     """The shared fault tests on the compacted RLMM (``rlmm_plugin`` in ``conftest.py``): its
     history written at level 1 leaves tombstones, and two nodes that agree hold the same keys."""
 
-    outages = (
-        pytest.param("brief", id="outage-within-delivery-timeout"),
-        pytest.param(
-            "past-delivery-timeout",
-            id="outage-past-delivery-timeout",
-            marks=pytest.mark.xfail(
-                strict=True,
-                run=False,  # fails the same way every time, after 2 minutes: not run until fixed
-                reason="txn_producer gap: an abort_transaction that times out "
-                "for longer than commit_timeout_s (60 s) while the broker is down makes the "
-                "producer fatal ('cannot abort its transaction ... the RLMM must be "
-                "restarted'): every write after the broker is back fails",
-            ),
-        ),
-    )
-
     def check_history(self, rlmm: Node, nodes: Nodes, tips: Mapping[str, TopicIdPartition]) -> None:
         """A projection topic the RLMM created is compacted (level 1): the deletions of the
         history tombstoned the keys of both partitions that had segments deleted."""
