@@ -16,7 +16,7 @@ Readers are compared through ``observe``: what the RemoteLogManager can learn fr
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from tierlog_rlmm_compacted.keys import MetadataKey
@@ -450,13 +450,17 @@ class Leader:
 
     def expire(self) -> None:
         """Retention: delete every copy of the oldest end offset (any state), in any order; a
-        deletion may be interrupted after DELETE_SEGMENT_STARTED (a crash)."""
+        deletion may be interrupted after DELETE_SEGMENT_STARTED, or the pass stop between two
+        copies (a crash: the next pass deletes the rest). The copy serving the reads may go
+        first, leaving the copies it displaced finished (a displacement marker's case)."""
         if not self.live:
             return
         oldest = min(s.end_offset for s in self.live)
         copies = [s for s in self.live if s.end_offset == oldest]
         self.rnd.shuffle(copies)
-        for segment in copies:
+        for i, segment in enumerate(copies):
+            if i > 0 and self.rnd.random() < 0.15:
+                return
             self._delete(segment, interrupted=self.rnd.random() < 0.1)
 
     def delete_orphan(self) -> None:
@@ -480,7 +484,29 @@ class Leader:
                 ):
                     candidates.append(segment)
         if candidates:
-            self._delete(self.rnd.choice(candidates))
+            self._delete(self.rnd.choice(candidates), interrupted=self.rnd.random() < 0.2)
+
+    def _serving(self, segment: RemoteLogSegmentMetadata) -> bool:
+        epoch, start = next(iter(segment.segment_leader_epochs.items()))
+        served = self.node.applier.store.remote_log_segment_metadata(self.tip, epoch, start)
+        return served is not None and served.remote_log_segment_id == segment.remote_log_segment_id
+
+    def delete_active(self) -> None:
+        """Delete only the copy serving some offsets while copies it displaced are finished
+        (seed scenario 4 when the leader deletes only the active upload): Kafka's cache serves
+        those offsets from nothing until they are deleted too."""
+        finished = self._finished()
+        candidates = [
+            s
+            for s in finished
+            if self._serving(s)
+            and any(
+                o is not s and o.start_offset <= s.end_offset and s.start_offset <= o.end_offset
+                for o in finished
+            )
+        ]
+        if candidates:
+            self._delete(self.rnd.choice(candidates), interrupted=self.rnd.random() < 0.1)
 
     def invalid_update(self) -> None:
         """An update Kafka's cache drops (an invalid transition), as a confused or zombie
@@ -526,12 +552,14 @@ def random_history(
     level_from: int | None = None,
     clean_copies: bool = False,
     invalid: bool = True,
+    after_step: Callable[[Node, list[Leader]], None] | None = None,
 ) -> tuple[Node, list[Leader]]:
     """A random history of ``partitions`` user partitions sharing one metadata partition;
     tombstones from step ``level_from`` on (None: level 0 throughout; the switch runs the
     cleanup manager once). ``clean_copies`` adds cleaned copies of live segments (tiered
     compaction, published under the current epoch: relocated keys); ``invalid`` adds invalid
-    transitions."""
+    transitions. ``after_step`` is called after each step (checks of every intermediate
+    state)."""
     rnd = random.Random(seed)
     topic_id = Uuid(rnd.getrandbits(63) + 1, rnd.getrandbits(63) + 1)
     tips = [TopicIdPartition(topic_id, "orders", p) for p in range(partitions)]
@@ -546,14 +574,16 @@ def random_history(
             break
         leader = rnd.choice(active)
         action = rnd.random()
-        if action < 0.45:
+        if action < 0.42:
             leader.copy()
-        elif action < 0.6:
+        elif action < 0.57:
             leader.expire()
-        elif action < 0.7:
+        elif action < 0.66:
             leader.new_epoch()
-        elif action < 0.8:
+        elif action < 0.74:
             leader.delete_orphan()
+        elif action < 0.8:
+            leader.delete_active()
         elif action < 0.88:
             if clean_copies:
                 leader.clean_copy()
@@ -562,4 +592,6 @@ def random_history(
                 leader.invalid_update()
         elif step > steps // 2:
             leader.delete_partition()
+        if after_step is not None:
+            after_step(node, leaders)
     return node, leaders

@@ -21,6 +21,7 @@ from dataclasses import replace
 import hypothesis
 import pytest
 from _history import (
+    Leader,
     Node,
     PartitionState,
     Rec,
@@ -111,6 +112,13 @@ def ids(state: PartitionState) -> set[int]:
     return {s.remote_log_segment_id.id.most_significant_bits for s in state.segments}
 
 
+def served_by(
+    store: RemotePartitionMetadataStore, tip: TopicIdPartition, epoch: int, offset: int
+) -> RemoteLogSegmentId | None:
+    found = store.remote_log_segment_metadata(tip, epoch, offset)
+    return None if found is None else found.remote_log_segment_id
+
+
 def served(store: RemotePartitionMetadataStore, epoch: int, offset: int) -> int | None:
     found = store.remote_log_segment_metadata(TIP, epoch, offset)
     return None if found is None else found.remote_log_segment_id.id.most_significant_bits
@@ -122,6 +130,26 @@ def readers(node: Node) -> tuple[PartitionState, PartitionState, PartitionState]
     boot = observe(replay(compact(node.log.records), node.tips).store, TIP)
     legacy = observe(replay_legacy(node.audit, node.tips).store, TIP)
     return live, boot, legacy
+
+
+def assert_readers_agree(node: Node, tip: TopicIdPartition = TIP) -> PartitionState:
+    """Every reader of ``node``'s history answers as the live node: a fresh node reading the
+    compacted topic (tombstones expired or not), the whole topic, and the legacy replay of the
+    audit topic (the superseded uploads left out). Per epoch, ``highest`` may be lower for a
+    reader of the compacted topic only where no finished segment is left (``differences``).
+    The live node's state."""
+    live = observe(node.applier.store, tip)
+    for records, what in (
+        (compact(node.log.records), "compacted"),
+        (compact(node.log.records, tombstones_expired=False), "compacted, tombstones kept"),
+    ):
+        assert (
+            differences(live, observe(replay(records, node.tips).store, tip), forgets=True) == []
+        ), what
+    assert observe(replay(node.log.records, node.tips).store, tip) == live, "whole topic"
+    legacy = observe(replay_legacy(node.audit, node.tips).store, tip)
+    assert differences(live, legacy) == [], "legacy replay"
+    return live
 
 
 def started(segment: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadata:
@@ -235,9 +263,14 @@ def test_scenario_4_deletion_tombstones_every_key_of_the_end_offset() -> None:
 
 
 def test_scenario_4_a_live_copy_keeps_its_key() -> None:
-    """At level 1 from the start: deleting the active upload tombstones its keys only; the
-    keys of the other copies go with their own deletions (forgetting a live copy's key would
-    leak its remote data)."""
+    """At level 1 from the start, the epoch-6 leader deletes only the active upload (C). The
+    keys of the other copies stay (forgetting a live copy's key would leak its remote data),
+    and so does C's history, as a displacement marker: Kafka's cache never routes a copy it
+    displaced again, so a full replay serves offsets 0-1000 from nothing, and a reader of the
+    compacted topic does too only if it still sees C finish after A and B, then be deleted.
+    C's FINISHED stays where it is (the cache displaced A and B there) and its deletion is not
+    tombstoned. Once B is deleted, B's history is the marker (B displaced A first), C's goes;
+    with A's deletion everything goes."""
     node = Node([TIP])
     node.level = 1
     a, b, c = (seg(n, 1000, {3: 0}, n + 2) for n in (1, 2, 3))
@@ -247,24 +280,209 @@ def test_scenario_4_a_live_copy_keeps_its_key() -> None:
     node.write(upd(c, S.DELETE_SEGMENT_STARTED, 6))
     plan = node.write(upd(c, S.DELETE_SEGMENT_FINISHED, 6))
     assert plan.key == key(1000, 6)
-    assert set(plan.tombstones) == {key(1000, 5), key(1000, 6)}
-    assert set(node.applier.keys(TIP)) == {key(1000, 3), key(1000, 4)}
-    live, boot, legacy = readers(node)
-    assert live == legacy
-    assert ids(live) == ids(boot) == {1, 2}
-    # The documented difference: Kafka's cache never routes a displaced copy again, so the
-    # live node serves these offsets from nothing; the compacted topic no longer holds the
-    # copy that displaced them, and its reader serves them from the last finished one.
-    assert boot.segments == live.segments
-    [(live_view, boot_view)] = zip(live.epochs, boot.epochs, strict=True)
-    assert replace(boot_view, routing=live_view.routing) == live_view
-    assert {served for _, served in live_view.routing} == {None}
-    assert {served for _, served in boot_view.routing} == {b.remote_log_segment_id}
-    for s in (a, b):
-        node.write(upd(s, S.DELETE_SEGMENT_STARTED, 6))
-        node.write(upd(s, S.DELETE_SEGMENT_FINISHED, 6))
+    assert plan.tombstones == ()
+    marker = decode_value(plan.value)
+    assert marker.add_record is not None
+    assert marker.add_record.remote_log_segment_id == c.remote_log_segment_id
+    assert marker.copy_finished
+    assert node.applier.orphan_keys(TIP) == []
+    live = assert_readers_agree(node)
+    assert ids(live) == {1, 2}
+    assert {served for view in live.epochs for _, served in view.routing} == {None}
+    assert served(node.applier.store, 3, 500) is None
+    assert [k for k, _ in values(compact(node.log.records))] == [key(1000, e) for e in (3, 4, 5, 6)]
+
+    # B's deletion, interrupted: B's FINISHED (1000:4) stays where B displaced A.
+    assert node.write(upd(b, S.DELETE_SEGMENT_STARTED, 6)).key == key(1000, 2)
+    assert_readers_agree(node)
+    plan = node.write(upd(b, S.DELETE_SEGMENT_FINISHED, 6))
+    assert plan.key == key(1000, 2)
+    assert plan.tombstones == (key(1000, 5), key(1000, 6))
+    assert set(node.applier.keys(TIP)) == {key(1000, 3), key(1000, 4), key(1000, 2)}
+    assert ids(assert_readers_agree(node)) == {1}
+    # The last copy: nothing is displaced any more, every key goes.
+    node.write(upd(a, S.DELETE_SEGMENT_STARTED, 6))
+    plan = node.write(upd(a, S.DELETE_SEGMENT_FINISHED, 6))
+    assert set(plan.tombstones) == {key(1000, e) for e in (2, 3, 4, 6)}
     assert compact(node.log.records) == []
     assert node.applier.keys(TIP) == {}
+    assert assert_readers_agree(node).segments == ()
+
+
+def _displaced_pair(node: Node) -> tuple[RemoteLogSegmentMetadata, RemoteLogSegmentMetadata]:
+    """Two finished copies of offsets 0-1000 (epoch 3), published under epochs 3 and 4: the
+    second displaced the first."""
+    a, b = seg(1, 1000, {3: 0}, 3), seg(2, 1000, {3: 0}, 4)
+    for s, epoch in ((a, 3), (b, 4)):
+        node.write(s)
+        node.write(upd(s, S.COPY_SEGMENT_FINISHED, epoch))
+    assert served(node.applier.store, 3, 0) == 2
+    return a, b
+
+
+def test_no_marker_for_a_copy_that_was_displaced() -> None:
+    """Deleting the displaced copy: the one serving the reads keeps them, nothing needs
+    replaying, and every key of the deleted copy goes (its deletion's too)."""
+    node = Node([TIP])
+    node.level = 1
+    a, _ = _displaced_pair(node)
+    node.write(upd(a, S.DELETE_SEGMENT_STARTED, 5))
+    plan = node.write(upd(a, S.DELETE_SEGMENT_FINISHED, 5))
+    assert set(plan.tombstones) == {key(1000, 3), key(1000, 5)}
+    assert set(node.applier.keys(TIP)) == {key(1000, 4)}
+    assert ids(assert_readers_agree(node)) == {2}
+
+
+def test_a_marker_is_dropped_once_its_copy_is_routed_again() -> None:
+    """A COPY_SEGMENT_FINISHED applied again to the displaced copy routes it again (Kafka's
+    cache takes the transition): its value now comes after the marker, which is no longer
+    needed, an orphan for the cleanup manager."""
+    node = Node([TIP])
+    node.level = 1
+    a, b = _displaced_pair(node)
+    node.write(upd(b, S.DELETE_SEGMENT_STARTED, 5))
+    assert node.write(upd(b, S.DELETE_SEGMENT_FINISHED, 5)).tombstones == ()
+    assert served(node.applier.store, 3, 0) is None
+    assert_readers_agree(node)
+    again = replace(upd(a, S.COPY_SEGMENT_FINISHED, 5), event_timestamp_ms=1_700_000_009_000)
+    assert node.write(again).key == key(1000, 3)  # 1000:5 is the marker's
+    assert served(node.applier.store, 3, 0) == 1
+    assert_readers_agree(node)
+    assert node.applier.orphan_keys(TIP) == [key(1000, 4), key(1000, 5)]
+    assert node.cleanup() == [key(1000, 4), key(1000, 5)]
+    assert set(node.applier.keys(TIP)) == {key(1000, 3)}
+    assert ids(assert_readers_agree(node)) == {1}
+
+
+def test_a_marker_stays_while_its_copy_is_not_routed() -> None:
+    """A marker's keys are taken by no write while it is needed (an add relocates). A copy
+    finishing later serves the offsets; the copy the marker displaced is still not routed, and
+    the marker still says where it was displaced (Kafka's cache lists a copy its ``put``
+    replaced differently from one the epoch's highest offset dropped). The later copy's
+    deletion needs no marker of its own: it displaced nothing."""
+    node = Node([TIP])
+    node.level = 1
+    _, b = _displaced_pair(node)
+    node.write(upd(b, S.DELETE_SEGMENT_STARTED, 6))
+    node.write(upd(b, S.DELETE_SEGMENT_FINISHED, 6))
+    assert set(node.applier.keys(TIP)) == {key(1000, 3), key(1000, 4), key(1000, 6)}
+    d = seg(4, 1000, {3: 0}, 6)
+    assert node.write(d).key == key(1000, 5)  # 1000:6 is the marker's
+    assert_readers_agree(node)
+    node.write(upd(d, S.COPY_SEGMENT_FINISHED, 6))
+    assert served(node.applier.store, 3, 0) == 4
+    assert node.applier.orphan_keys(TIP) == []
+    assert_readers_agree(node)
+    node.write(upd(d, S.DELETE_SEGMENT_STARTED, 7))
+    plan = node.write(upd(d, S.DELETE_SEGMENT_FINISHED, 7))
+    assert plan.key == key(1000, 7)
+    assert set(plan.tombstones) == {key(1000, 5), key(1000, 7)}
+    assert set(node.applier.keys(TIP)) == {key(1000, 3), key(1000, 4), key(1000, 6)}
+    assert node.applier.orphan_keys(TIP) == []
+    assert ids(assert_readers_agree(node)) == {1}
+
+
+def test_a_marker_whose_copy_has_another_end_offset() -> None:
+    """S (0-1000) displaced X (0-999: it reached the epoch's highest offset, so Kafka's cache
+    dropped every entry from its start). S's history is a marker at end offset 1000; X's
+    deletion, at 999, does not look there: the cleanup manager drops it."""
+    node = Node([TIP])
+    node.level = 1
+    x, s = seg(1, 999, {3: 0}, 3), seg(2, 1000, {3: 0}, 4)
+    for segment, epoch in ((x, 3), (s, 4)):
+        node.write(segment)
+        node.write(upd(segment, S.COPY_SEGMENT_FINISHED, epoch))
+    assert served(node.applier.store, 3, 0) == 2
+    node.write(upd(s, S.DELETE_SEGMENT_STARTED, 5))
+    assert node.write(upd(s, S.DELETE_SEGMENT_FINISHED, 5)).tombstones == ()
+    assert ids(assert_readers_agree(node)) == {1}
+    assert served(node.applier.store, 3, 0) is None
+    node.write(upd(x, S.DELETE_SEGMENT_STARTED, 5))
+    assert set(node.write(upd(x, S.DELETE_SEGMENT_FINISHED, 5)).tombstones) == {
+        key(999, 3),
+        key(999, 5),
+    }
+    assert set(node.applier.keys(TIP)) == {key(1000, 4), key(1000, 5)}
+    assert_readers_agree(node)
+    assert node.cleanup() == [key(1000, 4), key(1000, 5)]
+    assert node.applier.keys(TIP) == {}
+    assert compact(node.log.records) == []
+
+
+@pytest.mark.parametrize("later_first", [False, True], ids=["dropped", "replaced"])
+def test_a_marker_keeps_where_the_copy_was_displaced(later_first: bool) -> None:
+    """H (0-99) and T, a copy of its offsets, in epoch 2, and Z (100-199) after them. When T
+    finishes before Z, Kafka's cache drops H from the epoch's map (T reaches the epoch's
+    highest offset): H stays listed, unreferenced. When Z finished first, T's ``put`` replaces
+    H, which the epoch then no longer lists. Either way, once T is deleted, H is served by
+    nothing, and a reader of the compacted topic must replay T's FINISHED where it was, before
+    Z's: replayed from T's deletion, after Z's, it would always replace H."""
+    node = Node([TIP])
+    node.level = 1
+    h, t, z = seg(1, 99, {2: 0}, 2), seg(2, 99, {2: 0}, 3), seg(3, 199, {2: 100}, 2)
+    order = (h, z, t) if later_first else (h, t, z)
+    for segment in order:
+        node.write(segment)
+        node.write(upd(segment, S.COPY_SEGMENT_FINISHED, segment.broker_leader_epoch))
+    listed = {s.remote_log_segment_id for s in node.applier.store.list_remote_log_segments(TIP, 2)}
+    assert (h.remote_log_segment_id in listed) is not later_first
+    node.write(upd(t, S.DELETE_SEGMENT_STARTED, 4))
+    plan = node.write(upd(t, S.DELETE_SEGMENT_FINISHED, 4))
+    assert plan.key == key(99, 4)
+    assert plan.tombstones == ()
+    assert set(node.applier.keys(TIP)) == {key(99, 2), key(99, 3), key(99, 4), key(199, 2)}
+    live = assert_readers_agree(node)
+    assert served(node.applier.store, 2, 0) is None
+    assert ids(live) == {1, 3}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="listing gap: whether Kafka's cache drops a displaced copy into the epoch's "
+    "unreferenced segments or its put replaces it (the epoch no longer lists it) depends on the "
+    "epoch's highest offset when the displacing copy finished; a reader of the compacted topic "
+    "forgets the FINISHED of a later segment deleted meanwhile, and lists the copy",
+)
+def test_deleting_a_later_segment_changes_how_a_copy_was_displaced() -> None:
+    """K (0-99) and Z (100-199) finish in epoch 2; then cleaned copies of both, T and Z2.
+    T finished after Z, so the cache's ``put`` replaced K: epoch 2 no longer lists K. Z is
+    deleted (its cleaned copy serves its offsets). A reader of the compacted topic replays T's
+    FINISHED before any segment beyond offset 99 in epoch 2: T drops K into the unreferenced
+    segments, and epoch 2 lists K (and counts its size) again."""
+    node = Node([TIP])
+    node.level = 1
+    k, z = seg(1, 99, {2: 0}, 2), seg(2, 199, {2: 100}, 2)
+    t = replace(seg(3, 99, {2: 0}, 2), cleaner_offsets={2: 99})
+    z2 = replace(seg(4, 199, {2: 100}, 2), cleaner_offsets={2: 199})
+    for segment in (k, z, t, z2):
+        node.write(segment)
+        node.write(upd(segment, S.COPY_SEGMENT_FINISHED, 2))
+    listed = {s.remote_log_segment_id for s in node.applier.store.list_remote_log_segments(TIP, 2)}
+    assert k.remote_log_segment_id not in listed
+    assert_readers_agree(node)
+    node.write(upd(z, S.DELETE_SEGMENT_STARTED, 2))
+    node.write(upd(z, S.DELETE_SEGMENT_FINISHED, 2))
+    assert_readers_agree(node)
+
+
+def test_a_level_0_history_keeps_its_marker_after_the_switch() -> None:
+    """At level 0 nothing is tombstoned; when level 1 is switched on, the cleanup manager
+    keeps the deleted copy's FINISHED and DELETE_SEGMENT_FINISHED (its history, a marker for
+    the copy it displaced), and drops them with that copy's deletion."""
+    node = Node([TIP])
+    a, b = _displaced_pair(node)
+    node.write(upd(b, S.DELETE_SEGMENT_STARTED, 5))
+    node.write(upd(b, S.DELETE_SEGMENT_FINISHED, 5))
+    assert set(node.applier.keys(TIP)) == {key(1000, 3), key(1000, 4), key(1000, 5)}
+    assert_readers_agree(node)
+    node.level = 1
+    assert node.cleanup() == []
+    assert ids(assert_readers_agree(node)) == {1}
+    node.write(upd(a, S.DELETE_SEGMENT_STARTED, 5))
+    plan = node.write(upd(a, S.DELETE_SEGMENT_FINISHED, 5))
+    assert set(plan.tombstones) == {key(1000, e) for e in (3, 4, 5)} | {plan.key}
+    assert node.applier.keys(TIP) == {}
+    assert assert_readers_agree(node).segments == ()
 
 
 def test_scenario_5_partition_deletion() -> None:
@@ -303,18 +521,18 @@ def test_scenario_5_partition_deletion() -> None:
 # -- random histories ------------------------------------------------------------------------------
 
 
-def _check_history(seed: int, level_from: int | None, clean: bool) -> None:
-    node, leaders = random_history(seed, level_from=level_from, clean_copies=clean)
+def _readers_agree(node: Node, leaders: list[Leader]) -> None:
+    """(a) the live node, (b) a fresh node reading the compacted topic (tombstones expired or
+    not), the whole topic, and (c) the legacy replay (the superseded uploads left out) answer
+    alike, and as the history says."""
     tips = node.tips
-    live = node.applier
-    compacted = compact(node.log.records)
-    boot = replay(compacted, tips)
+    boot = replay(compact(node.log.records), tips)
     with_tombstones = replay(compact(node.log.records, tombstones_expired=False), tips)
     full = replay(node.log.records, tips)
     legacy = replay_legacy(node.audit, tips)
     for tip, leader in zip(tips, leaders, strict=True):
         superseded = frozenset(leader.superseded)
-        a = observe(live.store, tip)
+        a = observe(node.applier.store, tip)
         assert a.deleted == leader.deleted
         forgets = node.level == 1  # tombstones removed deleted segments
         assert differences(a, observe(boot.store, tip), forgets=forgets) == [], "bootstrap"
@@ -325,23 +543,68 @@ def _check_history(seed: int, level_from: int | None, clean: bool) -> None:
             # Exactly the superseded uploads are what the legacy replay lists in addition.
             assert observe(legacy.store, tip).ids - a.ids == superseded
             assert {s.remote_log_segment_id for s in leader.live} == a.ids
-    if level_from is None or node.level == 0:
-        return
-    # Level 1: what is left is proportional to the live segments.
+
+
+def _markers(node: Node, *, needed: bool) -> None:
+    """Level 1: the compacted topic holds, per segment, at most 3 keys describing it: a live
+    segment's, or a displacement marker's (a deleted segment's DELETE_SEGMENT_FINISHED with
+    ``CopyFinished``, and the keys holding its FINISHED). With ``needed`` (after a cleanup):
+    no marker that is not needed, at most one per finished copy and leader epoch where the
+    cache does not route it."""
+    tips = node.tips
+    compacted = compact(node.log.records)
     assert all(r.value is not None for r in compacted)
+    boot = replay(compacted, tips)
     fresh_keys = {k: e for tip in tips for k, e in boot.keys(tip).items()}
-    assert len(compacted) == len(fresh_keys) <= sum(len(live.keys(tip)) for tip in tips)
-    per_segment: dict[RemoteLogSegmentId, int] = {}
+    assert len(compacted) == len(fresh_keys) <= sum(len(node.applier.keys(tip)) for tip in tips)
     for tip in tips:
+        per_segment: dict[RemoteLogSegmentId, list[KeyEntry]] = {}
         for k, entry in boot.keys(tip).items():
             if entry.segment_id is None:
                 continue  # a partition delete marker
             assert boot.describes(tip, k), f"{k} describes nothing"
-            assert boot.store.peek_segment(tip, entry.segment_id) is not None, (
-                f"{k} is a key of a deleted segment"
-            )
-            per_segment[entry.segment_id] = per_segment.get(entry.segment_id, 0) + 1
-    assert all(n <= 3 for n in per_segment.values()), per_segment
+            per_segment.setdefault(entry.segment_id, []).append(entry)
+            if boot.store.peek_segment(tip, entry.segment_id) is None:
+                assert entry.state in (S.DELETE_SEGMENT_FINISHED, S.COPY_SEGMENT_FINISHED), k
+                if entry.state is S.DELETE_SEGMENT_FINISHED:
+                    value = decode_value(next(r.value for r in compacted if r.key == k.encode()))
+                    assert value.copy_finished, f"{k}: a marker of a segment that never finished"
+        assert all(len(entries) <= 3 for entries in per_segment.values()), per_segment
+        markers = [
+            segment_id
+            for segment_id, entries in per_segment.items()
+            if boot.store.peek_segment(tip, segment_id) is None
+        ]
+        for segment_id in markers:
+            states = [e.state for e in per_segment[segment_id]]
+            assert states.count(S.DELETE_SEGMENT_FINISHED) == 1, (segment_id, states)
+        if not needed:
+            continue
+        assert node.applier.orphan_keys(tip) == []
+        store = node.applier.store
+        if node.applier.is_deleted(tip):
+            assert markers == []
+            continue
+        unrouted = [
+            (s.remote_log_segment_id, e)
+            for s in store.list_remote_log_segments(tip)
+            if s.state is S.COPY_SEGMENT_FINISHED
+            for e, o in s.segment_leader_epochs.items()
+            if served_by(store, tip, e, max(o, s.start_offset)) != s.remote_log_segment_id
+        ]
+        assert len(markers) <= len(unrouted), (markers, unrouted)
+
+
+def _check_history(seed: int, level_from: int | None, clean: bool) -> None:
+    node, leaders = random_history(seed, level_from=level_from, clean_copies=clean)
+    _readers_agree(node, leaders)
+    if level_from is None or node.level == 0:
+        return
+    _markers(node, needed=False)
+    # The cleanup manager's pass drops the markers no longer needed, and changes no answer.
+    node.cleanup()
+    _readers_agree(node, leaders)
+    _markers(node, needed=True)
 
 
 @hypothesis.settings(max_examples=100, deadline=None, derandomize=True)
@@ -362,6 +625,22 @@ def test_random_histories_with_cleaned_copies_agree(seed: int, level_from: int |
     """Cleaned copies (tiered compaction) of a segment are published under the epoch of the
     segment's own key: they are written under relocated keys."""
     _check_history(seed, level_from, clean=True)
+
+
+@hypothesis.settings(max_examples=20, deadline=None, derandomize=True)
+@hypothesis.given(
+    seed=st.integers(0, 2**32 - 1),
+    level_from=st.sampled_from([0, 15]),
+    clean=st.booleans(),
+)
+def test_every_state_of_random_histories_reads_alike(
+    seed: int, level_from: int, clean: bool
+) -> None:
+    """Not only the end: after every step of a history (a marker appears when the copy that
+    displaced others is deleted, and goes when they are), all readers agree."""
+    random_history(
+        seed, steps=40, level_from=level_from, clean_copies=clean, after_step=_readers_agree
+    )
 
 
 # -- orphan keys -----------------------------------------------------------------------------------
@@ -464,11 +743,15 @@ def test_a_cleaned_copy_under_the_same_epoch_gets_a_key_of_its_own(
 def test_a_deletion_keeps_the_finished_of_a_copy_another_overlaps() -> None:
     """Two finished copies of the same offsets (a leadership change). Deleting the one the
     other displaced must not move its FINISHED after the other's: a bootstrapping reader would
-    route the offsets to it, then to nothing."""
+    route the offsets to it, then to nothing. Deleting the one that displaced the other must
+    not move its FINISHED either: it is where the cache displaced the other (the deletion's
+    value replaying it later, once the epoch has later segments, would make Kafka's ``put``
+    replace the other, which the epoch then no longer lists). Either way the deletion goes to
+    the nearest free key."""
     cases = [
         ((1, 2), 1, key(99, 2)),  # A displaced: its FINISHED (99:3) stays, the deletion moves
-        ((1, 2), 2, key(99, 4)),  # B serves: its deletion overwrites its FINISHED
-        ((2, 1), 1, key(99, 3)),  # A serves: the same
+        ((1, 2), 2, key(99, 2)),  # B displaced A: its FINISHED (99:4) stays too
+        ((2, 1), 1, key(99, 2)),  # A displaced B: the same
         ((2, 1), 2, key(99, 2)),  # B displaced: 99:4 is its own key, the nearest free is 99:2
     ]
     for order, deleted, where in cases:
@@ -731,6 +1014,8 @@ def test_state_is_proportional_to_live_keys() -> None:
             node.write(upd(old, S.DELETE_SEGMENT_FINISHED, epoch))
     part = node.applier._parts[TIP]
     assert len(part.keys) == len(part.refs) == len(part.last_key) == len(part.finished) == 5
+    assert len(part.positions) == len(part.starts) == len(part.ends) == len(part.by_end) == 5
+    assert part.deaths == {}
     assert len(compact(node.log.records)) == 5
 
 

@@ -7,9 +7,12 @@ whose deletion finished stay in the topic until something tombstones them. That 
 manager's job: every ``remote.log.metadata.cleanup.interval.ms`` (and on demand: ``run_once``),
 at level 1 only, for each partition this node leads that is ready, it asks the applier for the
 partition's orphan keys (``ProjectionApplier.orphan_keys``: keys of segments deleted or no
-longer in the cache; every segment key of a partition whose deletion finished) and tombstones
-them through the writes' own transactional path, waiting until this node's consumer applied
-them.
+longer in the cache, but for the displacement markers still needed; every segment key of a
+partition whose deletion finished) and tombstones them through the writes' own transactional
+path, waiting until this node's consumer applied them. A displacement marker (the history of a
+deleted copy that displaced copies still finished) becomes an orphan once those copies are
+deleted or routed again; when they have another end offset than the marker, no write's
+tombstones reach it, and this scan is what removes it.
 
 Why it is safe:
 

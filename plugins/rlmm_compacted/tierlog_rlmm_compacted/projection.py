@@ -41,10 +41,11 @@ The one difference with a full replay of the legacy history (the audit topic): s
 COPY_SEGMENT_STARTED uploads, which that replay still lists. And what tombstones make a reader
 forget (level 1, once the log cleaner removed the keys of deleted segments):
 ``highest_offset_for_epoch`` of an epoch with no finished segment left (a full replay remembers
-the offset of a deleted one), and the routing of copies another copy displaced once that copy
-is deleted (Kafka's cache never routes a displaced copy again, so a full replay serves those
-offsets from nothing; a reader of the compacted topic, which never saw the deleted copy, serves
-them from the copy that finished last).
+the offset of a deleted one). Routing is the same for every reader: Kafka's cache routes a
+range to the copy that finished last and never routes a copy it displaced again, so when the
+copy that displaced others is deleted while they live, a full replay serves their offsets from
+nothing; a reader of the compacted topic does too because that copy's history stays in the
+topic while it matters (displacement markers, below).
 
 Writing (``plan_write``):
 
@@ -67,10 +68,14 @@ Writing (``plan_write``):
   routes a range to the copy that finished last. Written over its FINISHED, the deletion of a
   copy another one displaced (a duplicate upload after a leadership change, a segment replaced
   by its cleaned copy) would replay that FINISHED after the displacing copy's, take the range
-  from it, then leave the range served by nothing. Such a deletion goes to the segment's last
-  key if that is another one, else to the nearest free key. Without an overlapping copy the
-  deletion overwrites the FINISHED, and ``CopyFinished`` replays it (the epoch's highest copied
-  offset counts it, as for a reader of the whole history);
+  from it, then leave the range served by nothing. Nor the FINISHED of a segment that displaced
+  a copy still finished: that FINISHED is where the cache displaced the copy, and replayed
+  later (once the epoch has later segments) it would displace it differently (Kafka's ``put``
+  replaces the copy, which the epoch then no longer lists, where the epoch's highest offset
+  made the cache drop it into the unreferenced ones). Such a deletion goes to the segment's
+  last key if that is another one, else to the nearest free key. Otherwise the deletion
+  overwrites the FINISHED, and ``CopyFinished`` replays it (the epoch's highest copied offset
+  counts it, as for a reader of the whole history);
 - **an invalid transition** (Kafka's cache logs and drops it) is written, as the topic RLMM
   writes it, to the audit topic as is; its projection record is *bare* (the update and its
   ``BrokerLeaderEpoch``, no ``SegmentAddRecord``) under a key describing no live segment, so
@@ -79,9 +84,26 @@ Writing (``plan_write``):
 - tombstones (only when asked: level 1): after DELETE_SEGMENT_FINISHED of segment S at end
   offset E, every key describing S, and the keys of E with an epoch up to the deleting one that
   describe a segment no longer in the cache (seed scenario 4; a key still describing a live
-  segment is left for that segment's own deletion: forgetting it would leak its remote data); after
-  DELETE_PARTITION_FINISHED every segment key of the partition (the marker stays: seed
-  scenario 5); an earlier delete marker of the partition under another key.
+  segment is left for that segment's own deletion: forgetting it would leak its remote data),
+  but for displacement markers; after DELETE_PARTITION_FINISHED every segment key of the
+  partition (the partition's delete marker stays: seed scenario 5); an earlier delete marker
+  of the partition under another key;
+- **displacement markers**: while a copy S displaced is still finished (a finished copy
+  overlapping S in one of its leader epochs, not routed there, whose FINISHED a reader applies
+  before S's, S's being the first to displace it), S's deletion keeps S's history in the topic:
+  the key holding its DELETE_SEGMENT_FINISHED (with ``SegmentAddRecord`` and ``CopyFinished``)
+  and the keys holding its FINISHED, where it was. A bootstrapping reader then replays the copy
+  finishing, S finishing (displacing it), S's deletion: the cache a full replay gives, routing
+  and listings included. No write takes a marker's key while it is needed. Once the copy is
+  deleted or routed again, the marker goes: with the next deletion at E (then under any epoch:
+  a cleaned copy's key may be above the deleting leader's), else as an orphan of the cleanup
+  manager (a copy of another end offset). When no key holds S's FINISHED any more (a legacy
+  history), the deletion's value alone is the marker, replayed at its own position, and kept
+  only if that late replay takes no range from a copy the cache routes.
+
+Cost: the keys are indexed by end offset (and the end offsets kept sorted), so a deletion looks
+at the keys of its end offset and of the offsets its segment covers (the next end offset or so),
+not at every key of the partition.
 
 Threads: ``apply`` runs on the consumer thread, ``plan_write``, ``orphan_keys`` and ``keys`` on
 writer threads; one lock guards the projection state (the store has its own).
@@ -91,7 +113,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -122,6 +145,9 @@ _LOG = logging.getLogger(__name__)
 
 S = RemoteLogSegmentState
 _DELETES: Final = frozenset({S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED})
+_NEWEST: Final = 1 << 62
+"""The position of a value being planned: after every value applied."""
+_FINISHED: Final = S.COPY_SEGMENT_FINISHED
 _RELOCATION_SPAN: Final = 1 << 16
 """How far from its epoch a relocated key is looked for (each way): far more than any
 partition's number of leader epochs sharing one end offset."""
@@ -166,6 +192,28 @@ class _Tombstone:
     key: MetadataKey
 
 
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """A segment's offsets per leader epoch: what a reader replaying it routes. Kept for a
+    deleted segment while a key holds its DELETE_SEGMENT_FINISHED (the cache forgot it)."""
+
+    start: int
+    end: int
+    epochs: tuple[tuple[int, int], ...]
+    """(leader epoch, its first offset in the segment), ascending."""
+
+    @classmethod
+    def of(cls, segment: RemoteLogSegmentMetadata) -> _Span:
+        return cls(
+            segment.start_offset,
+            segment.end_offset,
+            tuple(sorted(segment.segment_leader_epochs.items())),
+        )
+
+    def ranges(self) -> dict[int, tuple[int, int]]:
+        return _ranges(self.epochs, self.end)
+
+
 @dataclass(slots=True)
 class _Partition:
     keys: dict[MetadataKey, KeyEntry] = field(default_factory=dict)
@@ -176,10 +224,66 @@ class _Partition:
     # ones, and deleting ones whose DELETE_SEGMENT_STARTED said so (``CopyFinished``).
     finished: set[RemoteLogSegmentId] = field(default_factory=set)
     delete_key: MetadataKey | None = None
+    # The keys by end offset, and those end offsets in order: a deletion looks at the keys of
+    # its end offset, a displacement check at the keys of the offsets it covers.
+    by_end: dict[int, set[MetadataKey]] = field(default_factory=dict)
+    ends: list[int] = field(default_factory=list)
+    # Where each key's latest value is among the partition's keyed values (the topic's order,
+    # which compaction keeps): the order in which a reader replays them.
+    positions: dict[MetadataKey, int] = field(default_factory=dict)
+    applied: int = 0
+    """Keyed values applied so far: the position of the next one."""
+    # Keys holding a finished segment's DELETE_SEGMENT_FINISHED: possible displacement markers.
+    deaths: dict[MetadataKey, _Span] = field(default_factory=dict)
+    # The longest segment (end - start) a key described: how far below a range's end the
+    # segments overlapping it can start; and each described segment's start offset.
+    widest: int = 0
+    starts: dict[RemoteLogSegmentId, int] = field(default_factory=dict)
+
+    def put(self, key: MetadataKey, entry: KeyEntry) -> None:
+        if key not in self.keys:
+            same_end = self.by_end.get(key.end_offset)
+            if same_end is None:
+                same_end = self.by_end[key.end_offset] = set()
+                insort(self.ends, key.end_offset)
+            same_end.add(key)
+        self.keys[key] = entry
+        self.positions[key] = self.applied
+        self.applied += 1
+
+    def pop(self, key: MetadataKey) -> KeyEntry | None:
+        entry = self.keys.pop(key, None)
+        self.positions.pop(key, None)
+        self.deaths.pop(key, None)
+        if entry is not None:
+            same_end = self.by_end[key.end_offset]
+            same_end.discard(key)
+            if not same_end:
+                del self.by_end[key.end_offset]
+                del self.ends[bisect_left(self.ends, key.end_offset)]
+        return entry
+
+    def ending(self, low: int, high: int) -> Iterator[MetadataKey]:
+        """The keys whose end offset is in [``low``, ``high``]."""
+        ends = self.ends
+        for i in range(bisect_left(ends, low), bisect_right(ends, high)):
+            yield from self.by_end[ends[i]]
 
 
 def _epoch_of(metadata: RemoteLogSegmentMetadata) -> int:
     return max(metadata.segment_leader_epochs)
+
+
+def _ranges(epochs: Sequence[tuple[int, int]], end: int) -> dict[int, tuple[int, int]]:
+    """Each leader epoch's first and last offset in a segment (``epochs`` ascending)."""
+    return {
+        epoch: (start, epochs[i + 1][1] - 1 if i + 1 < len(epochs) else end)
+        for i, (epoch, start) in enumerate(epochs)
+    }
+
+
+def _segment_ranges(segment: RemoteLogSegmentMetadata) -> dict[int, tuple[int, int]]:
+    return _ranges(sorted(segment.segment_leader_epochs.items()), segment.end_offset)
 
 
 def _key_order(key: MetadataKey) -> int:
@@ -281,7 +385,9 @@ class ProjectionApplier:
                 current = self.store.peek_segment(tip, segment_id)
                 if current is not None and current.state is S.COPY_SEGMENT_FINISHED:
                     part.finished.add(segment_id)
-            elif event.state is S.DELETE_SEGMENT_FINISHED:
+            elif event.state is S.DELETE_SEGMENT_FINISHED and (
+                self.store.peek_segment(tip, segment_id) is None
+            ):  # not an invalid transition, which the cache dropped
                 part.finished.discard(segment_id)
 
     def _apply_keyed(
@@ -292,7 +398,7 @@ class ProjectionApplier:
             previous = part.keys.get(key)
             if previous is not None and previous.segment_id is not None:
                 self._drop_key(tip, part, key, "a partition delete marker")
-            part.keys[key] = KeyEntry(None, event.state)
+            part.put(key, KeyEntry(None, event.state))
             part.delete_key = key
             self._apply_event(tip, part, event)
             return
@@ -301,6 +407,7 @@ class ProjectionApplier:
         previous = part.keys.get(key)
         if previous is not None and (previous.segment_id != segment_id or bare):
             self._drop_key(tip, part, key, f"a value of segment {segment_id.id}")
+        part.deaths.pop(key, None)
         if isinstance(event, RemoteLogSegmentMetadataUpdate) and not bare:
             self._catch_up(tip, part, value, event)
             current = self.store.peek_segment(tip, segment_id)
@@ -310,10 +417,16 @@ class ProjectionApplier:
                 part.finished.discard(segment_id)
         else:
             self._apply_event(tip, part, event)
-        part.keys[key] = KeyEntry(segment_id, event.state)
+        part.put(key, KeyEntry(segment_id, event.state))
         if not bare:
             part.refs.setdefault(segment_id, set()).add(key)
             part.last_key[segment_id] = key
+            described = event if isinstance(event, RemoteLogSegmentMetadata) else value.add_record
+            assert described is not None
+            part.widest = max(part.widest, described.end_offset - described.start_offset)
+            part.starts[segment_id] = described.start_offset
+            if event.state is S.DELETE_SEGMENT_FINISHED and value.copy_finished:
+                part.deaths[key] = _Span.of(described)
 
     def _catch_up(
         self,
@@ -353,7 +466,7 @@ class ProjectionApplier:
         self, tip: TopicIdPartition, part: _Partition, key: MetadataKey, because: str
     ) -> None:
         """``key`` no longer describes what it described; forget a segment nothing describes."""
-        entry = part.keys.pop(key, None)
+        entry = part.pop(key)
         if part.delete_key == key:
             part.delete_key = None
         if entry is None or entry.segment_id is None:
@@ -369,6 +482,7 @@ class ProjectionApplier:
             return
         del part.refs[segment_id]
         part.last_key.pop(segment_id, None)
+        part.starts.pop(segment_id, None)
         self._forget(tip, part, segment_id, key, because)
 
     def _forget(
@@ -479,18 +593,23 @@ class ProjectionApplier:
                 key,
             )
             key = last
+        copy_finished = event.state in _DELETES and (
+            segment_id in part.finished or current.state is _FINISHED
+        )
         keep = None
-        if event.state in _DELETES and not (
-            tombstones and event.state is S.DELETE_SEGMENT_FINISHED
-        ):
+        marker = False
+        if tombstones and event.state is S.DELETE_SEGMENT_FINISHED:
+            # Tombstoned in this write unless the deletion is a displacement marker: then its
+            # FINISHED stays where it is.
+            marker = copy_finished and self._displacer(tip, part, current, unknown=False)
+            if marker:
+                keep = self._finished_key(tip, part, current, key, always=True)
+        elif event.state in _DELETES:
             keep = self._finished_key(tip, part, current, key)
-            if keep is not None and last is not None and last != keep:
-                key = last
+        if keep is not None and last is not None and last != keep:
+            key = last
         key = self._free_key(tip, part, segment_id, key, keep=keep)
         add = replace(current, state=S.COPY_SEGMENT_STARTED, broker_leader_epoch=None)
-        copy_finished = event.state in _DELETES and (
-            segment_id in part.finished or current.state is S.COPY_SEGMENT_FINISHED
-        )
         value = ProjectionValue(
             replace(event, broker_leader_epoch=epoch),
             epoch,
@@ -500,24 +619,56 @@ class ProjectionApplier:
         )
         dead: tuple[MetadataKey, ...] = ()
         if tombstones and event.state is S.DELETE_SEGMENT_FINISHED:
-            dead = tuple(
-                sorted(
-                    {key}
-                    | part.refs.get(segment_id, set())
-                    | {
-                        k
-                        for k, entry in part.keys.items()
-                        if k.end_offset == current.end_offset
-                        and k.broker_leader_epoch <= epoch
-                        and entry.segment_id is not None
-                        and (
-                            entry.segment_id == segment_id
-                            or self.store.peek_segment(tip, entry.segment_id) is None
-                        )
-                    }
-                )
-            )
+            dead = self._obsolete(tip, part, current, key, epoch=epoch, marker=marker)
         return PlannedWrite(key, encode_value(value), audit, dead)
+
+    def _obsolete(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        segment: RemoteLogSegmentMetadata,
+        key: MetadataKey,
+        *,
+        epoch: int,
+        marker: bool,
+    ) -> tuple[MetadataKey, ...]:
+        """The tombstones of ``segment``'s DELETE_SEGMENT_FINISHED written under ``key`` by
+        the leader of ``epoch``: ``key``, the segment's other keys, and the keys of its end
+        offset with an epoch up to ``epoch`` that describe a segment no longer in the cache;
+        but for the keys of displacement markers (``marker``: this deletion is one, ``key``
+        and the keys holding its FINISHED stay; see the module docstring)."""
+        segment_id = segment.remote_log_segment_id
+        if marker:
+            _LOG.info(
+                "the DELETE_SEGMENT_FINISHED of segment %s of %s stays under %s, with its "
+                "FINISHED: copies it displaced are still finished",
+                segment_id.id,
+                tip,
+                key,
+            )
+        own = set(part.refs.get(segment_id, ()))
+        dead = {key, *own}
+        if marker:
+            dead.discard(key)
+            dead.difference_update(k for k in own if part.keys[k].state is _FINISHED)
+        kept: dict[RemoteLogSegmentId, set[MetadataKey]] = {}
+        for k in part.by_end.get(segment.end_offset, ()):
+            described = part.keys[k].segment_id
+            if described is None or described == segment_id:
+                if described is not None and k.broker_leader_epoch <= epoch and k not in own:
+                    dead.add(k)  # a bare update of the segment
+                continue
+            if self.store.peek_segment(tip, described) is not None:
+                continue
+            if described not in kept:
+                kept[described] = self._marker_keys(tip, part, described)
+            if k in kept[described]:
+                continue
+            # Keys of a marker no longer needed go under any epoch (a cleaned copy's key may be
+            # above the deleting leader's).
+            if k.broker_leader_epoch <= epoch or self._death_key(part, described) is not None:
+                dead.add(k)
+        return tuple(sorted(dead))
 
     def _plan_invalid(
         self,
@@ -553,9 +704,12 @@ class ProjectionApplier:
         part: _Partition,
         segment: RemoteLogSegmentMetadata,
         key: MetadataKey,
+        *,
+        always: bool = False,
     ) -> MetadataKey | None:
         """``key`` when it holds ``segment``'s COPY_SEGMENT_FINISHED and another copy overlaps
-        the segment: a deletion must not overwrite it then.
+        the segment, or the segment displaced a copy still finished (``_displacer``), or
+        ``always``: a deletion must not overwrite it then.
 
         A reader of the compacted topic replays a key's history at the position of its latest
         value. A finished segment's deletion written over its FINISHED moves that FINISHED
@@ -573,21 +727,21 @@ class ProjectionApplier:
         if (
             entry is None
             or entry.segment_id != segment_id
-            or entry.state is not S.COPY_SEGMENT_FINISHED
+            or entry.state is not _FINISHED
             or key not in part.refs.get(segment_id, ())
         ):
             return None
-        epochs = sorted(segment.segment_leader_epochs.items())
+        if always:
+            return key
         try:
-            for i, (epoch, start) in enumerate(epochs):
-                end = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else segment.end_offset
+            for epoch, (start, end) in _segment_ranges(segment).items():
                 for offset in (start, end):
                     served = self.store.remote_log_segment_metadata(tip, epoch, offset)
                     if served is not None and served.remote_log_segment_id != segment_id:
                         return key
         except RemoteStorageException:  # not initialized: keep it, the safe choice
             return key
-        return None
+        return key if self._displacer(tip, part, segment, unknown=True) else None
 
     def _plan_partition_delete(
         self,
@@ -652,7 +806,7 @@ class ProjectionApplier:
             return False  # a bare update's key describes nothing
         other = self.store.peek_segment(tip, entry.segment_id)
         if other is None:
-            return len(refs) > 1
+            return len(refs) > 1 or key in self._marker_keys(tip, part, entry.segment_id)
         return not (
             superseding
             and other.state is S.COPY_SEGMENT_STARTED
@@ -695,6 +849,198 @@ class ProjectionApplier:
                 return other
         raise IllegalStateError(f"no free key for segment {segment_id} of {tip} near {key}")
 
+    # Displacement markers -----------------------------------------------------------------------
+    def _death_key(self, part: _Partition, segment_id: RemoteLogSegmentId) -> MetadataKey | None:
+        """The key holding the segment's DELETE_SEGMENT_FINISHED (with its add record and
+        ``CopyFinished``), if any."""
+        for key in part.refs.get(segment_id, ()):
+            if key in part.deaths:
+                return key
+        return None
+
+    def _finish_positions(self, part: _Partition, segment_id: RemoteLogSegmentId) -> list[int]:
+        """Where a reader of the compacted topic applies the segment's COPY_SEGMENT_FINISHED:
+        at each key holding it; without one, at the first of its deletion's keys when their
+        values say ``CopyFinished`` (the catch-up)."""
+        keys = part.refs.get(segment_id, ())
+        finished = [part.positions[k] for k in keys if part.keys[k].state is _FINISHED]
+        if finished:
+            return finished
+        if segment_id in part.finished or any(k in part.deaths for k in keys):
+            deletes = [part.positions[k] for k in keys if part.keys[k].state in _DELETES]
+            return [min(deletes)] if deletes else []
+        return []
+
+    def _marker_keys(
+        self, tip: TopicIdPartition, part: _Partition, segment_id: RemoteLogSegmentId
+    ) -> set[MetadataKey]:
+        """For a segment no longer in the cache: the keys of its displacement marker while it
+        is needed (its DELETE_SEGMENT_FINISHED and the keys holding its FINISHED); else none."""
+        death = self._death_key(part, segment_id)
+        if death is None:
+            return set()
+        finished = [k for k in part.refs[segment_id] if part.keys[k].state is _FINISHED]
+        positions = [part.positions[k] for k in finished] or [part.positions[death]]
+        if self._displaces(
+            tip, part, segment_id, part.deaths[death], positions, single=not finished, unknown=True
+        ):
+            return {death, *finished}
+        return set()
+
+    def _displacer(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        segment: RemoteLogSegmentMetadata,
+        *,
+        unknown: bool,
+    ) -> bool:
+        """Whether ``segment`` (in the cache, finished or being deleted) displaced a copy that
+        is still finished: its deletion must stay, with its FINISHED (``_displaces``)."""
+        segment_id = segment.remote_log_segment_id
+        positions = self._finish_positions(part, segment_id)
+        return self._displaces(
+            tip,
+            part,
+            segment_id,
+            _Span.of(segment),
+            positions or [_NEWEST],
+            single=not positions,
+            unknown=unknown,
+        )
+
+    def _displaces(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        segment_id: RemoteLogSegmentId,
+        span: _Span,
+        finish: list[int],
+        *,
+        single: bool,
+        unknown: bool,
+    ) -> bool:
+        """Whether a reader of the compacted topic needs the segment's history (its FINISHED
+        applied at the ``finish`` positions, its deletion) to route the reads as Kafka's cache
+        does; ``unknown`` when the cache cannot answer yet.
+
+        Kafka's cache routes a range to the copy that finished last and never routes a copy it
+        displaced again; a reader that never saw the displacing copy would route the range to
+        the displaced one. Needed while a finished copy overlapping the segment in one of its
+        leader epochs is not routed there (the cache serves its first offset from another
+        segment or nothing) and this segment displaced it: its FINISHED is the first a reader
+        applies after the copy's, among the segments starting where the copy starts in that
+        epoch. ``single``: the segment's FINISHED is applied from its deletion's value (no key
+        holds it any more): never needed when that late replay would take a range from a copy
+        the cache routes (``_replay_safe``)."""
+        try:
+            if single and not self._replay_safe(tip, part, span):
+                return False
+            ranges = span.ranges()
+            for copy in self._live_near(tip, part, span.start, span.end, but=segment_id):
+                copy_id = copy.remote_log_segment_id
+                if copy.state is not _FINISHED:
+                    continue
+                after = max(self._finish_positions(part, copy_id), default=-1)
+                mine = [p for p in finish if p > after]
+                if not mine:
+                    continue  # it finished after the segment: the segment did not displace it
+                for epoch, (start, last) in _segment_ranges(copy).items():
+                    theirs = ranges.get(epoch)
+                    if theirs is None or last < theirs[0] or start > theirs[1]:
+                        continue
+                    served = self.store.remote_log_segment_metadata(tip, epoch, start)
+                    if served is not None and served.remote_log_segment_id == copy_id:
+                        continue  # routed
+                    between = (after, min(mine))
+                    if not self._displaced_between(tip, part, (epoch, start), between, copy_id):
+                        return True
+            return False
+        except RemoteStorageException:  # not initialized
+            return unknown
+
+    def _displaced_between(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        at: tuple[int, int],
+        between: tuple[int, int],
+        copy_id: RemoteLogSegmentId,
+    ) -> bool:
+        """Whether a reader applies, strictly ``between`` two positions, the FINISHED of a
+        segment (live, or deleted with a marker that can be replayed) whose leader epoch
+        starts where the copy ``copy_id`` does (``at``): that one displaced the copy first."""
+        epoch, start = at
+        low, high = between
+        for other in self._live_near(tip, part, start, start):
+            other_id = other.remote_log_segment_id
+            if (
+                other_id != copy_id
+                and _segment_ranges(other).get(epoch, (None,))[0] == start
+                and any(low < p < high for p in self._finish_positions(part, other_id))
+            ):
+                return True
+        for key in part.ending(start, start + part.widest):
+            span = part.deaths.get(key)
+            dead_id = part.keys[key].segment_id
+            if span is None or dead_id is None or span.ranges().get(epoch, (None,))[0] != start:
+                continue
+            positions = self._finish_positions(part, dead_id)
+            if any(low < p < high for p in positions) and (
+                any(part.keys[k].state is _FINISHED for k in part.refs[dead_id])
+                or self._replay_safe(tip, part, span)
+            ):
+                return True
+        return False
+
+    def _replay_safe(self, tip: TopicIdPartition, part: _Partition, span: _Span) -> bool:
+        """Whether replaying the segment of ``span`` (added, finished, deleted) now takes no
+        range from a copy the cache routes: Kafka's cache replaces the segment mapped at the
+        start offset of each of its epochs, and drops the later ones of the epoch when it
+        reaches the epoch's highest offset."""
+        ranges = span.ranges()
+        for copy in self._live_near(tip, part, span.start, span.end):
+            if copy.state is not _FINISHED:
+                continue
+            for epoch, (start, _) in _segment_ranges(copy).items():
+                theirs = ranges.get(epoch)
+                if theirs is None or not theirs[0] <= start <= theirs[1]:
+                    continue
+                served = self.store.remote_log_segment_metadata(tip, epoch, start)
+                if (
+                    served is not None
+                    and served.remote_log_segment_id == copy.remote_log_segment_id
+                ):
+                    return False
+        return True
+
+    def _live_near(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        first: int,
+        last: int,
+        *,
+        but: RemoteLogSegmentId | None = None,
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The segments in the cache (``but`` one) that a key describes and whose offsets
+        meet [``first``, ``last``]: the keys of the end offsets from ``first`` to ``last``
+        plus the longest segment's length."""
+        seen: set[RemoteLogSegmentId] = set()
+        found = []
+        for key in part.ending(first, last + part.widest):
+            segment_id = part.keys[key].segment_id
+            if segment_id is None or segment_id == but or segment_id in seen:
+                continue
+            seen.add(segment_id)
+            start = part.starts.get(segment_id)
+            if start is None or start > last:
+                continue
+            segment = self.store.peek_segment(tip, segment_id)
+            if segment is not None:
+                found.append(segment)
+        return found
+
     # Inspection --------------------------------------------------------------------------------
     def describes(self, topic_id_partition: TopicIdPartition, key: MetadataKey) -> bool:
         """Whether ``key``'s latest value describes its segment (an add, or an update carrying
@@ -713,24 +1059,29 @@ class ProjectionApplier:
     def orphan_keys(self, topic_id_partition: TopicIdPartition) -> list[MetadataKey]:
         """The keys the cleanup manager tombstones: every segment key of a partition whose
         deletion finished; otherwise the keys of segments no longer in the cache (deleted, or
-        forgotten) and the keys of bare updates (invalid transitions, which describe nothing).
-        Sorted; empty for a partition not loaded."""
+        forgotten) but for displacement markers still needed, and the keys of bare updates
+        (invalid transitions, which describe nothing). Sorted; empty for a partition not
+        loaded."""
         tip = topic_id_partition
         with self._lock:
             part = self._parts.get(tip)
             if part is None:
                 return []
             deleted = self._legacy.is_deleted(tip)
-            return sorted(
-                k
-                for k, entry in part.keys.items()
-                if entry.segment_id is not None
-                and (
-                    deleted
-                    or k not in part.refs.get(entry.segment_id, ())
-                    or self.store.peek_segment(tip, entry.segment_id) is None
-                )
-            )
+            kept: dict[RemoteLogSegmentId, set[MetadataKey]] = {}
+            orphans = []
+            for k, entry in part.keys.items():
+                segment_id = entry.segment_id
+                if segment_id is None:
+                    continue
+                if deleted or k not in part.refs.get(segment_id, ()):
+                    orphans.append(k)
+                elif self.store.peek_segment(tip, segment_id) is None:
+                    if segment_id not in kept:
+                        kept[segment_id] = self._marker_keys(tip, part, segment_id)
+                    if k not in kept[segment_id]:
+                        orphans.append(k)
+            return sorted(orphans)
 
     def keys(self, topic_id_partition: TopicIdPartition) -> dict[MetadataKey, KeyEntry]:
         """A copy of the partition's current keys (tests, tools); empty if not loaded."""
