@@ -449,12 +449,12 @@ def delete_segment(
     world: World,
     rlmm: RemoteLogMetadataManager,
     seg: RemoteLogSegmentMetadata,
-    own_key: MetadataKey,
+    tombstoned: Iterable[MetadataKey],
 ) -> list[Expected]:
     """The epoch-6 leader deletes ``seg``: DELETE_SEGMENT_STARTED and _FINISHED under the
-    epoch-6 key, then (same transaction) tombstones for ``seg``'s own upload key and the epoch-6
-    key; the records expected. Both deletion values carry ``CopyFinished``: the segment had
-    finished its copy, which a reader that never saw its FINISHED replays first."""
+    epoch-6 key, then (same transaction) the ``tombstoned`` keys; the records expected. Both
+    deletion values carry ``CopyFinished``: the segment had finished its copy, which a reader
+    that never saw its FINISHED replays first."""
     tip = seg.topic_id_partition
     k6 = key(tip, 1000, 6)
     started = upd(seg, DELETE_STARTED, epoch=6, broker=106)
@@ -464,7 +464,7 @@ def delete_segment(
     return [
         Expected(k6, started, seg, copy_finished=True),
         Expected(k6, finished, seg, copy_finished=True),
-        *(Expected(k) for k in sorted({own_key, k6})),
+        *(Expected(k) for k in sorted(tombstoned)),
     ]
 
 
@@ -478,7 +478,7 @@ def test_scenario_4_deletion_tombstones_all_four_keys(world: World) -> None:
     assign(rlmm, [tip, world.roll_tip])
     uploads, history = three_uploads(world, rlmm, tip)
     for epoch, seg in zip((3, 4, 5), uploads, strict=True):
-        history += delete_segment(world, rlmm, seg, key(tip, 1000, epoch))
+        history += delete_segment(world, rlmm, seg, {key(tip, 1000, epoch), key(tip, 1000, 6)})
 
     assert list(rlmm.list_remote_log_segments(tip)) == []
     assert rlmm.remote_log_segment_metadata(tip, 3, 500) is None
@@ -491,33 +491,31 @@ def test_scenario_4_deletion_tombstones_all_four_keys(world: World) -> None:
     check_bootstrap(world, rlmm, expected, uploads)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="projection gap (reported by H4): after the active upload's deletion, a full replay "
-    "leaves the two displaced uploads unreferenced (no segment serves offsets 0-1000 at epoch 3) "
-    "while a node bootstrapping from the compacted topic replays their FINISHED values in key "
-    "order and serves the reads from UUID-B",
-)
 def test_scenario_4_deleting_the_active_upload_leaves_the_others(world: World) -> None:
     """The design's refinement of scenario 4: when the epoch-6 leader deletes only the active
-    upload (UUID-C), its key and the deletion key are tombstoned, but the keys of epochs 3 and 4
-    still describe live segments (UUID-A, -B: their remote data is still referenced) and stay,
-    before and after compaction, in every reader."""
+    upload (UUID-C), the keys of epochs 3 and 4 still describe live segments (UUID-A, -B:
+    their remote data is still referenced) and stay, before and after compaction, in every
+    reader. Kafka's cache never routes a copy it displaced again: no segment serves offsets
+    0-1000 at epoch 3 any more. So C's history stays too, as a displacement marker: its
+    FINISHED (epoch-5 key), where it displaced B, and its deletion (epoch-6 key), nothing
+    tombstoned; a node bootstrapping from the compacted topic replays A, B, C finishing, then
+    C's deletion, and serves those offsets from nothing, as the writer and a legacy replay."""
     rlmm = world.node(1)
     tip = new_partition("orders", 0)
     assign(rlmm, [tip, world.roll_tip])
     uploads, history = three_uploads(world, rlmm, tip)
-    history += delete_segment(world, rlmm, uploads[2], key(tip, 1000, 5))
+    history += delete_segment(world, rlmm, uploads[2], ())
 
     assert ids(rlmm.list_remote_log_segments(tip)) == ids(uploads[:2])
     assert {s.state for s in rlmm.list_remote_log_segments(tip)} == {FINISHED}
+    assert rlmm.remote_log_segment_metadata(tip, 3, 500) is None
     assert rlmm.highest_offset_for_epoch(tip, 3) == 1000
-    assert {e.key for e in history if e.event is None} == {key(tip, 1000, 5), key(tip, 1000, 6)}
+    assert [e.key for e in history if e.event is None] == []
     world.check_history([tip], history)
     expected = {tip: node_state(rlmm, tip)}
 
     kept = world.compact(rlmm, [tip], history)
-    assert [r.key_text for r in kept] == [str(key(tip, 1000, 3)), str(key(tip, 1000, 4))]
+    assert [r.key_text for r in kept] == [str(key(tip, 1000, e)) for e in (3, 4, 5, 6)]
     check_bootstrap(world, rlmm, expected, uploads)
 
 
