@@ -45,7 +45,13 @@ the offset of a deleted one). Routing is the same for every reader: Kafka's cach
 range to the copy that finished last and never routes a copy it displaced again, so when the
 copy that displaced others is deleted while they live, a full replay serves their offsets from
 nothing; a reader of the compacted topic does too because that copy's history stays in the
-topic while it matters (displacement markers, below).
+topic while it matters (displacement markers, below). One listing gap is left (a strict xfail in
+``tests/test_projection.py``): whether Kafka's cache replaces a displaced copy in the epoch's
+listing (``put``) or drops it among the unreferenced segments depends on the epoch's highest
+offset when the displacing copy finished; when a later segment of that epoch is deleted out of
+order (its cleaned copy serves its offsets), a reader of the compacted topic, which no longer
+sees that segment's FINISHED, drops the displaced copy where the full replay had replaced it,
+and lists it again. Only cleaned copies (tiered compaction) displace copies this way.
 
 Writing (``plan_write``):
 

@@ -24,8 +24,8 @@ so). With the add record inside, the latest value of a key is self-sufficient: a
 saw the add (compacted away) applies it, then the update. ``CopyFinished`` says the segment had
 reached COPY_SEGMENT_FINISHED before its deletion started, so that such a reader replays
 add -> FINISHED -> DELETE_* and counts the segment in the epoch's highest copied offset, as a
-reader of the full history does (the writer leaves it out for a finished segment another copy
-of its offsets displaced: ``projection.py`` says why).
+reader of the full history does (the writer sets it whenever the segment had finished; where
+such a value stands in the topic matters when copies displace each other: ``projection.py``).
 
 An update carries ``EndOffset`` and ``SegmentAddRecord`` together, or neither: a *bare* update
 (Kafka's record and its ``BrokerLeaderEpoch``) describes no segment; the compacted RLMM writes
