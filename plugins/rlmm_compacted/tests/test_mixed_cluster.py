@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -192,6 +192,33 @@ def partition_of(tip: TopicIdPartition) -> int:
     return metadata_partition(tip, METADATA_PARTITIONS)
 
 
+def start_tiering_broker(
+    kafka_factory: Callable[..., Service],
+    tmp_path: Path,
+    properties: Mapping[str, str] = QUICK_TASKS,
+) -> tuple[Service, AdminClient]:
+    """A private broker running Kafka's own tiered storage and TBRLMM, and its admin client."""
+    broker = kafka_factory(tiered_storage=tmp_path / "tiered-storage", properties=properties)
+    return broker, AdminClient({"bootstrap.servers": broker.url})
+
+
+def tier_new_topic(
+    servers: str, admin: AdminClient, *, why: str = ""
+) -> tuple[str, TopicIdPartition, int]:
+    """A new Kafka topic whose first segments Kafka tiers (three at least, waited for): its
+    name, its partition and the metadata partition that partition's records go to."""
+    name = f"kafka-tiered-{uuid.uuid4().hex[:10]}"
+    kafka_tip = create_kafka_topic(admin, name)
+    shared = partition_of(kafka_tip)
+    produce(servers, name, range(RECORDS_BEFORE))
+    wait_until(
+        lambda: tiered(read_records(servers, KAFKA_METADATA_TOPIC), kafka_tip) >= 3,
+        f"Kafka to tier three segments of {name}{why.format(shared=shared)}",
+        interval=1.0,
+    )
+    return name, kafka_tip, shared
+
+
 def partition_sharing(tip: TopicIdPartition, name: str) -> TopicIdPartition:
     """A new user partition whose metadata partition is ``tip``'s."""
     while True:
@@ -336,20 +363,10 @@ def test_kafka_tiers_on_while_the_compacted_rlmm_writes_keyed_records(
     opened: list[RemoteLogMetadataManager],
     tmp_path: Path,
 ) -> None:
-    broker = kafka_factory(tiered_storage=tmp_path / "tiered-storage", properties=QUICK_TASKS)
+    broker, admin = start_tiering_broker(kafka_factory, tmp_path)
     servers = broker.url
-    admin = AdminClient({"bootstrap.servers": servers})
-    name = f"kafka-tiered-{uuid.uuid4().hex[:10]}"
-    kafka_tip = create_kafka_topic(admin, name)
-    shared = partition_of(kafka_tip)
-
     # Kafka tiers the first records of its topic.
-    produce(servers, name, range(RECORDS_BEFORE))
-    wait_until(
-        lambda: tiered(read_records(servers, KAFKA_METADATA_TOPIC), kafka_tip) >= 3,
-        f"Kafka to tier three segments of {name}",
-        interval=1.0,
-    )
+    name, kafka_tip, shared = tier_new_topic(servers, admin)
 
     # The compacted RLMM joins: level 0, Kafka's broker known as a reader of the topic.
     audit = f"tierlog-mixed-audit-{uuid.uuid4().hex[:10]}"
@@ -534,20 +551,10 @@ def test_a_kafka_broker_applies_an_aborted_transaction_unless_its_rlmm_reads_com
     properties = dict(QUICK_TASKS)
     if isolation == "read_committed":
         properties[KAFKA_RLMM_CONSUMER_ISOLATION] = "read_committed"
-    broker = kafka_factory(tiered_storage=tmp_path / "tiered-storage", properties=properties)
+    broker, admin = start_tiering_broker(kafka_factory, tmp_path, properties)
     servers = broker.url
-    admin = AdminClient({"bootstrap.servers": servers})
-    name = f"kafka-tiered-{uuid.uuid4().hex[:10]}"
-    kafka_tip = create_kafka_topic(admin, name)
-    shared = partition_of(kafka_tip)
-
     # Kafka tiers its first segments and deletes their local copies: offset 0 is served remotely.
-    produce(servers, name, range(RECORDS_BEFORE))
-    wait_until(
-        lambda: tiered(read_records(servers, KAFKA_METADATA_TOPIC), kafka_tip) >= 3,
-        f"Kafka to tier three segments of {name}",
-        interval=1.0,
-    )
+    name, kafka_tip, shared = tier_new_topic(servers, admin)
     wait_until(
         lambda: local_log_start(broker, name) > 0,
         f"Kafka to delete the local copies of {name}'s first segments",
@@ -640,9 +647,8 @@ def test_kafka_takes_over_a_partition_whose_metadata_partition_ended_in_our_comm
     opened: list[RemoteLogMetadataManager],
     tmp_path: Path,
 ) -> None:
-    broker = kafka_factory(tiered_storage=tmp_path / "tiered-storage", properties=QUICK_TASKS)
+    broker, admin = start_tiering_broker(kafka_factory, tmp_path)
     servers = broker.url
-    admin = AdminClient({"bootstrap.servers": servers})
     audit = f"tierlog-mixed-audit-{uuid.uuid4().hex[:10]}"
     configs = compacted_configs(
         servers, KAFKA_METADATA_TOPIC, audit, node_id=OUR_NODE_ID, partitions=METADATA_PARTITIONS
@@ -663,15 +669,8 @@ def test_kafka_takes_over_a_partition_whose_metadata_partition_ended_in_our_comm
         segments[tip] = seg
 
     # The broker takes over a new tiered partition at once, and tiers it.
-    name = f"kafka-tiered-{uuid.uuid4().hex[:10]}"
-    kafka_tip = create_kafka_topic(admin, name)
-    shared = partition_of(kafka_tip)
-    produce(servers, name, range(RECORDS_BEFORE))
-    wait_until(
-        lambda: tiered(read_records(servers, KAFKA_METADATA_TOPIC), kafka_tip) >= 3,
-        f"Kafka to tier three segments of {name}, taken over on metadata partition {shared} "
-        "after our commit there",
-        interval=1.0,
+    _, kafka_tip, shared = tier_new_topic(
+        servers, admin, why=", taken over on metadata partition {shared} after our commit there"
     )
     assert KAFKA_CONSUMER_TASK_ERROR not in broker.log_path.read_text(errors="replace")
 
