@@ -28,6 +28,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -443,3 +444,26 @@ def start_again(service: Service, *, timeout: float = START_TIMEOUT_S) -> Servic
     if service.process.poll() is None:
         raise RuntimeError(f"{service.name} at {service.url} is still running")
     return restart_kafka(service, timeout=timeout)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, *, timeout: float = 120.0) -> None:
+    """Create ``name`` (replication factor 1) and wait until every partition has a leader, so
+    that a test's first produce or read does not race the controller."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        future.result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        topic = admin.list_topics(name, timeout=30).topics.get(name)
+        if (
+            topic is not None
+            and topic.error is None
+            and len(topic.partitions) == partitions
+            and all(p.leader >= 0 for p in topic.partitions.values())
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no leader for every partition of {name} after {timeout:.0f} s")
+        time.sleep(0.2)

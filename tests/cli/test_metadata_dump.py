@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from services._common import Service, free_ports
+from services.kafka import create_topic
 
 from tierlog.cli import _metadata_dump, main
 from tierlog.cli._metadata_dump import MISSING_CLIENT
@@ -71,29 +71,6 @@ CORRUPT = bytes.fromhex("000000")  # frame version 0: Kafka and tierlog both ref
 
 
 # Talking to the broker --------------------------------------------------------------------------
-def wait_for(condition: Callable[[], object], what: str, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(timeout=DEADLINE_S)
-
-    def led() -> bool:
-        topic = admin.list_topics(name, timeout=30).topics.get(name)
-        return (
-            topic is not None
-            and topic.error is None
-            and len(topic.partitions) == partitions
-            and all(p.leader >= 0 for p in topic.partitions.values())
-        )
-
-    wait_for(led, f"the leaders of {name}")
 
 
 @dataclass(frozen=True)

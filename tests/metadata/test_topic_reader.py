@@ -18,15 +18,14 @@ import logging
 import queue
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from services._common import Service, free_ports
+from services.kafka import create_topic
 
 from tierlog.metadata import (
     ClusterUnreachableError,
@@ -47,31 +46,12 @@ PLAIN_JAAS = (
 
 
 # The broker -------------------------------------------------------------------------------------
-def wait_for(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {DEADLINE_S:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def new_topic(bootstrap: str, partitions: int = 2) -> str:
     """A test-private topic whose partitions all have a leader."""
     name = f"tierlog-reader-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(timeout=DEADLINE_S)
-
-    def led() -> bool:
-        topic = admin.list_topics(name, timeout=30).topics.get(name)
-        return (
-            topic is not None
-            and topic.error is None
-            and len(topic.partitions) == partitions
-            and all(p.leader >= 0 for p in topic.partitions.values())
-        )
-
-    wait_for(led, f"the leaders of {name}")
+    create_topic(bootstrap, name, partitions, timeout=DEADLINE_S)
     return name
 
 

@@ -219,6 +219,27 @@ def tier_new_topic(
     return name, kafka_tip, shared
 
 
+def tier_more(
+    servers: str, name: str, kafka_tip: TopicIdPartition, *, after: int, count: int, what: str
+) -> None:
+    """Produce more records to Kafka's topic and wait until Kafka tiered ``count`` segments
+    whose metadata records come after offset ``after`` of the metadata partition they share."""
+    shared = partition_of(kafka_tip)
+    produce(servers, name, range(RECORDS_BEFORE, RECORDS_BEFORE + RECORDS_AFTER))
+    wait_until(
+        lambda: (
+            tiered(
+                [r for r in read_records(servers, KAFKA_METADATA_TOPIC) if r.partition == shared],
+                kafka_tip,
+                from_offset=after + 1,
+            )
+            >= count
+        ),
+        f"Kafka to tier {count} more segment(s) of {name}, {what}",
+        interval=1.0,
+    )
+
+
 def partition_sharing(tip: TopicIdPartition, name: str) -> TopicIdPartition:
     """A new user partition whose metadata partition is ``tip``'s."""
     while True:
@@ -399,19 +420,7 @@ def test_kafka_tiers_on_while_the_compacted_rlmm_writes_keyed_records(
     assert any(r.partition != shared and r.key is not None for r in after_ours)
 
     # Kafka keeps tiering: uploads whose records come after ours on the shared partition.
-    produce(servers, name, range(RECORDS_BEFORE, RECORDS_BEFORE + RECORDS_AFTER))
-    wait_until(
-        lambda: (
-            tiered(
-                [r for r in read_records(servers, KAFKA_METADATA_TOPIC) if r.partition == shared],
-                kafka_tip,
-                from_offset=ours_end + 1,
-            )
-            >= 3
-        ),
-        f"Kafka to tier three more segments of {name}, after our records",
-        interval=1.0,
-    )
+    tier_more(servers, name, kafka_tip, after=ours_end, count=3, what="after our records")
     total = RECORDS_BEFORE + RECORDS_AFTER
     wait_until(
         lambda: local_log_start(broker, name) > 0,
@@ -580,18 +589,8 @@ def test_a_kafka_broker_applies_an_aborted_transaction_unless_its_rlmm_reads_com
 
     # Kafka tiers a segment whose records come after the aborted one: each upload waits until
     # the broker's consumer has read its record back, so it has read past the aborted record.
-    produce(servers, name, range(RECORDS_BEFORE, RECORDS_BEFORE + RECORDS_AFTER))
-    wait_until(
-        lambda: (
-            tiered(
-                [r for r in read_records(servers, KAFKA_METADATA_TOPIC) if r.partition == shared],
-                kafka_tip,
-                from_offset=aborted + 1,
-            )
-            >= 1
-        ),
-        f"Kafka to tier a segment of {name} after the aborted transaction",
-        interval=1.0,
+    tier_more(
+        servers, name, kafka_tip, after=aborted, count=1, what="after the aborted transaction"
     )
 
     if isolation == "read_uncommitted":
