@@ -510,6 +510,38 @@ def test_put_at_the_same_key_silently_drops_the_other_segment(
     assert cache.remote_log_size(E) == 3
 
 
+def test_a_raised_highest_offset_makes_the_next_copy_replace_instead_of_drop(
+    cache: RemoteLogMetadataCache,
+) -> None:
+    """A reader of a compacted history restores the epoch's highest copied offset a deleted
+    segment had raised: the next copy of the same offsets then replaces the segment mapped at
+    its start (which leaves the epoch's list) instead of dropping it into the unreferenced ones
+    (still listed), as the full history did. Never lowered."""
+    a = add_fin(cache, 0, 50, {E: 0}, 10)
+    cache.raise_highest_offset_for_epoch(E, 100)
+    assert highest(cache) == 100
+    cache.raise_highest_offset_for_epoch(E, 60)
+    assert highest(cache) == 100
+    b = add_fin(cache, 0, 50, {E: 0}, 3)
+    assert referenced(cache) == [b.remote_log_segment_id]
+    assert unreferenced(cache) == frozenset()
+    assert list(cache.list_remote_log_segments(E)) == [b]
+    assert a.remote_log_segment_id in ids(cache.list_all_remote_log_segments())
+    assert highest(cache) == 100
+
+    other = RemoteLogMetadataCache()  # the same copies without the raise: a is dropped, listed
+    a2 = add_fin(other, 0, 50, {E: 0}, 10)
+    b2 = add_fin(other, 0, 50, {E: 0}, 3)
+    assert ids(other.list_remote_log_segments(E)) == ids([b2, a2])
+
+
+def test_raising_the_highest_offset_of_an_unknown_epoch() -> None:
+    empty = RemoteLogMetadataCache()
+    empty.raise_highest_offset_for_epoch(3, 9)
+    assert empty.highest_offset_for_epoch(3) == 9
+    assert list(empty.list_remote_log_segments(3)) == []
+
+
 def test_finished_again_reruns_the_overlap_loop(cache: RemoteLogMetadataCache) -> None:
     """FINISHED -> FINISHED is a valid retry and re-applies the epoch bookkeeping."""
     a = add_fin(cache, 10, 20, {E: 10}, 1)

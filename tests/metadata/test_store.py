@@ -148,6 +148,26 @@ def test_maybe_load_partition_keeps_an_existing_cache(store: RemotePartitionMeta
     assert store.remote_log_segment_metadata(TP0, 0, 50) == m
 
 
+def test_highest_offset_peeked_and_raised_before_initialization() -> None:
+    """An applier replaying a compacted history reads and restores an epoch's highest copied
+    offset while the partition loads (the reads of brokers would wait)."""
+    store = RemotePartitionMetadataStore(not_ready_wait_s=0.01)
+    assert store.peek_highest_offset(TP0, 0) is None  # not loaded
+    store.maybe_load_partition(TP0)
+    finished(store, seg(0, 100, {0: 0}))
+    assert store.peek_highest_offset(TP0, 0) == 100
+    assert store.peek_highest_offset(TP0, 1) is None
+    store.raise_highest_offset(TP0, 0, 250)
+    store.raise_highest_offset(TP0, 0, 120)
+    assert store.peek_highest_offset(TP0, 0) == 250
+    with pytest.raises(RemoteStorageNotReadyException):
+        store.highest_offset_for_epoch(TP0, 0)
+    store.mark_initialized(TP0)
+    assert store.highest_offset_for_epoch(TP0, 0) == 250
+    with pytest.raises(IllegalStateError, match="No partition metadata found"):
+        store.raise_highest_offset(TP1, 0, 1)
+
+
 def test_events_for_a_partition_never_loaded(store: RemotePartitionMetadataStore) -> None:
     m = seg(0, 1, {0: 0}, tip=TP1)
     with pytest.raises(IllegalStateError, match="No partition metadata found"):

@@ -539,6 +539,21 @@ class RemoteLogMetadataCache:
             state = self._epochs.get(leader_epoch)
             return None if state is None else state.highest
 
+    def raise_highest_offset_for_epoch(self, leader_epoch: int, offset: int) -> None:
+        """Make ``highest_offset_for_epoch(leader_epoch)`` at least ``offset``.
+
+        For a reader that replays a compacted history (tierlog's compacted RLMM): the epoch's
+        highest copied offset decides how the next COPY_SEGMENT_FINISHED of the epoch displaces
+        the segments mapped at or after its start (all of them while the highest offset is
+        within the segment, else only the one at its start offset, silently). When compaction
+        removed the finished segments that had raised it, the writer's record says what it
+        was, and this restores it before that copy finishes. Never lowers it.
+        """
+        with self._lock:
+            state = self._epoch(leader_epoch)
+            if state.highest is None or offset > state.highest:
+                state.highest = offset
+
     def remote_log_size(self, leader_epoch: int) -> int:
         """Total ``segment_size_in_bytes`` of ``list_remote_log_segments(leader_epoch)``.
 

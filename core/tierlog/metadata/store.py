@@ -181,6 +181,23 @@ class RemotePartitionMetadataStore:
             cache = self._caches.get(topic_id_partition)
         return None if cache is None else cache.segment_metadata(segment_id)
 
+    def peek_highest_offset(
+        self, topic_id_partition: TopicIdPartition, leader_epoch: int
+    ) -> int | None:
+        """``highest_offset_for_epoch`` of a loaded partition, initialized or not; None when
+        the epoch or the partition is unknown. For appliers, as ``peek_segment``."""
+        with self._lock:
+            cache = self._caches.get(topic_id_partition)
+        return None if cache is None else cache.highest_offset_for_epoch(leader_epoch)
+
+    def raise_highest_offset(
+        self, topic_id_partition: TopicIdPartition, leader_epoch: int, offset: int
+    ) -> None:
+        """``RemoteLogMetadataCache.raise_highest_offset_for_epoch`` on a loaded partition
+        (initialized or not): a replay of a compacted history restoring what its writer saw.
+        ``IllegalStateError`` for a partition not loaded."""
+        self._loaded(topic_id_partition).raise_highest_offset_for_epoch(leader_epoch, offset)
+
     def remote_log_size(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int:
         """KIP-852's size of the epoch's segments, from the cache's running sum.
 

@@ -18,6 +18,7 @@ from tierlog_rlmm_compacted.values import (
     BROKER_LEADER_EPOCH_TAG,
     COPY_FINISHED_TAG,
     END_OFFSET_TAG,
+    EPOCH_HIGHEST_OFFSETS_TAG,
     SEGMENT_ADD_RECORD_TAG,
     ProjectionValue,
     decode_value,
@@ -247,13 +248,14 @@ def test_worked_example_update_with_every_tag() -> None:
 
 def test_tag_numbers() -> None:
     """Far from Kafka's TxnIndexEmpty (0), the seed's 0 and 1 and tierlog's CleanerOffsets."""
-    assert (BROKER_LEADER_EPOCH_TAG, END_OFFSET_TAG, SEGMENT_ADD_RECORD_TAG, COPY_FINISHED_TAG) == (
-        20033,
-        20034,
-        20035,
-        20036,
-    )
-    assert serde.CLEANER_OFFSETS_TAG not in {20033, 20034, 20035, 20036}
+    assert (
+        BROKER_LEADER_EPOCH_TAG,
+        END_OFFSET_TAG,
+        SEGMENT_ADD_RECORD_TAG,
+        COPY_FINISHED_TAG,
+        EPOCH_HIGHEST_OFFSETS_TAG,
+    ) == (20033, 20034, 20035, 20036, 20037)
+    assert serde.CLEANER_OFFSETS_TAG not in {20033, 20034, 20035, 20036, 20037}
 
 
 # -- values: round trips and Kafka's reading ------------------------------------------------------
@@ -297,7 +299,9 @@ def _values() -> list[ProjectionValue]:
         ProjectionValue(ADD),  # no epoch tag: a plain record under a key
         ProjectionValue(cleaned, 2),
         ProjectionValue(update, 2, 99, started_add),
+        ProjectionValue(update, 2, 99, started_add, False, ((0, 120), (2, 250))),
         ProjectionValue(deleted, 4, 99, started_add, True),
+        ProjectionValue(deleted, 4, 99, started_add, True, ((2, 100),)),
         ProjectionValue(deleted, 4, 99, started_add, False),
         ProjectionValue(DELETE_STARTED, 6),  # a bare update (an invalid transition's record)
         ProjectionValue(
@@ -317,7 +321,7 @@ def test_values_round_trip_and_kafka_reads_the_plain_event(value: ProjectionValu
     assert record.version == 0
     ours = sorted(tag for tag, _ in record.unknown_tagged_fields)
     assert ours == sorted(set(ours)), "a tag written twice"
-    assert all(tag in {20033, 20034, 20035, 20036} for tag in ours)
+    assert all(tag in {20033, 20034, 20035, 20036, 20037} for tag in ours)
     assert serde.encode_record(record) == data  # canonical: tags ascending, minimal varints
 
 
@@ -355,6 +359,13 @@ _OTHER_ADD = RemoteLogSegmentMetadata(
     RemoteLogSegmentId(TIP, Uuid(3, 4)), 1000, 1999, 0, 1, 0, 1, {5: 1000}
 )
 _DELETE_PARTITION = RemotePartitionDeleteMetadata(TIP, P.DELETE_PARTITION_STARTED, 1, 1)
+_FINISHED = RemoteLogSegmentMetadataUpdate(SEGMENT_ID, 1, None, S.COPY_SEGMENT_FINISHED, 1)
+
+
+def _highest(*entries: tuple[int, int], count: int | None = None) -> tuple[int, bytes]:
+    n = len(entries) if count is None else count
+    data = struct.pack(">i", n) + b"".join(struct.pack(">iq", e, o) for e, o in entries)
+    return (EPOCH_HIGHEST_OFFSETS_TAG, data)
 
 
 @pytest.mark.parametrize(
@@ -419,6 +430,41 @@ _DELETE_PARTITION = RemotePartitionDeleteMetadata(TIP, P.DELETE_PARTITION_STARTE
             "CopyFinished (tag 20036) is , expected 01",
         ),
         (_raw(DELETE_STARTED, (COPY_FINISHED_TAG, b"\1")), "CopyFinished (tag 20036) is set on"),
+        (_raw(ADD, _highest((5, 2500))), "EpochHighestOffsets (tag 20037) is not defined on"),
+        (
+            _raw(_FINISHED, _highest((5, 2500))),
+            "EpochHighestOffsets (tag 20037) is set on an update without SegmentAddRecord",
+        ),
+        (
+            _raw(_FINISHED, _END, _ADD, (EPOCH_HIGHEST_OFFSETS_TAG, b"\0\0")),
+            "EpochHighestOffsets (tag 20037) has 2 byte(s), expected at least 4",
+        ),
+        (
+            _raw(_FINISHED, _END, _ADD, _highest((5, 2500), count=2)),
+            "EpochHighestOffsets (tag 20037) has 16 byte(s) for 2 entries",
+        ),
+        (
+            _raw(_FINISHED, _END, _ADD, _highest()),
+            "EpochHighestOffsets (tag 20037) is empty",
+        ),
+        (
+            _raw(_FINISHED, _END, _ADD, _highest((4, 2500))),
+            "EpochHighestOffsets (tag 20037) names epoch 4, not one of segment",
+        ),
+        (
+            _raw(_FINISHED, _END, _ADD, _highest((5, 1999))),
+            "(tag 20037) gives epoch 5 the highest offset 1999, not past the segment's last "
+            "offset 1999",
+        ),
+        (
+            _raw(_FINISHED, _END, _ADD, _highest((5, 2500), (5, 2600))),
+            "EpochHighestOffsets (tag 20037) lists epoch 5 after epoch 5: not ascending",
+        ),
+        (
+            _raw(DELETE_STARTED, _END, _ADD, _highest((5, 2500))),
+            "EpochHighestOffsets (tag 20037) is set on an update to DELETE_SEGMENT_STARTED of a "
+            "segment that did not finish copying",
+        ),
         (
             _raw(
                 RemoteLogSegmentMetadataUpdate(SEGMENT_ID, 1, None, S.COPY_SEGMENT_FINISHED, 1),
@@ -476,6 +522,18 @@ def test_malformed_values_are_refused_naming_the_tag(data: bytes, names: str) ->
         (ProjectionValue(DELETE_STARTED, 6, -1, ADD), "EndOffset -1 is not the end offset 1999"),
         (ProjectionValue(_DELETE_PARTITION, 1, -2), "EndOffset (tag 20034) -2"),
         (ProjectionValue(_DELETE_PARTITION, 1), "needs its EndOffset"),
+        (
+            ProjectionValue(ADD, 5, None, None, False, ((5, 2500),)),
+            "carries only BrokerLeaderEpoch",
+        ),
+        (
+            ProjectionValue(_FINISHED, 6, None, None, False, ((5, 2500),)),
+            "needs its EndOffset and SegmentAddRecord",
+        ),
+        (
+            ProjectionValue(_FINISHED, 6, 1999, ADD, False, ((5, 1500),)),
+            "(tag 20037) gives epoch 5 the highest offset 1500, not past",
+        ),
     ],
 )
 def test_values_that_cannot_be_written(value: ProjectionValue, names: str) -> None:

@@ -436,32 +436,40 @@ def test_a_marker_keeps_where_the_copy_was_displaced(later_first: bool) -> None:
     assert ids(live) == {1, 3}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="listing gap: whether Kafka's cache drops a displaced copy into the epoch's "
-    "unreferenced segments or its put replaces it (the epoch no longer lists it) depends on the "
-    "epoch's highest offset when the displacing copy finished; a reader of the compacted topic "
-    "forgets the FINISHED of a later segment deleted meanwhile, and lists the copy",
-)
-def test_deleting_a_later_segment_changes_how_a_copy_was_displaced() -> None:
+def test_a_copy_displaces_as_it_did_after_a_later_segment_is_deleted() -> None:
     """K (0-99) and Z (100-199) finish in epoch 2; then cleaned copies of both, T and Z2.
-    T finished after Z, so the cache's ``put`` replaced K: epoch 2 no longer lists K. Z is
-    deleted (its cleaned copy serves its offsets). A reader of the compacted topic replays T's
-    FINISHED before any segment beyond offset 99 in epoch 2: T drops K into the unreferenced
-    segments, and epoch 2 lists K (and counts its size) again."""
+    T finished after Z, when the epoch had copied up to 199: the cache's ``put`` replaced K,
+    which epoch 2 no longer lists. Z is deleted (its cleaned copy serves its offsets) and
+    compacted away. A reader of the compacted topic replays T's FINISHED before any segment
+    beyond offset 99 in epoch 2: without the highest offset T's value carries
+    (``EpochHighestOffsets``), T would drop K into the unreferenced segments, and epoch 2 would
+    list K (and count its size) again."""
     node = Node([TIP])
     node.level = 1
     k, z = seg(1, 99, {2: 0}, 2), seg(2, 199, {2: 100}, 2)
     t = replace(seg(3, 99, {2: 0}, 2), cleaner_offsets={2: 99})
     z2 = replace(seg(4, 199, {2: 100}, 2), cleaner_offsets={2: 199})
+    finished = {}
     for segment in (k, z, t, z2):
         node.write(segment)
-        node.write(upd(segment, S.COPY_SEGMENT_FINISHED, 2))
+        finished[segment] = node.write(upd(segment, S.COPY_SEGMENT_FINISHED, 2))
+    assert decode_value(finished[t].value).highest_offsets == ((2, 199),)
+    assert all(decode_value(finished[s].value).highest_offsets == () for s in (k, z, z2))
     listed = {s.remote_log_segment_id for s in node.applier.store.list_remote_log_segments(TIP, 2)}
     assert k.remote_log_segment_id not in listed
     assert_readers_agree(node)
     node.write(upd(z, S.DELETE_SEGMENT_STARTED, 2))
     node.write(upd(z, S.DELETE_SEGMENT_FINISHED, 2))
+    live = assert_readers_agree(node)
+    assert ids(live) == {1, 3, 4}
+    boot = replay(compact(node.log.records), [TIP])
+    assert [s.remote_log_segment_id for s in boot.store.list_remote_log_segments(TIP, 2)] == [
+        t.remote_log_segment_id,
+        z2.remote_log_segment_id,
+    ]
+    # T's deletion (it overwrites its FINISHED: nothing overlaps it any more) carries them too.
+    node.write(upd(t, S.DELETE_SEGMENT_STARTED, 2))
+    assert decode_value(node.log.records[-1].value or b"").highest_offsets == ((2, 199),)
     assert_readers_agree(node)
 
 

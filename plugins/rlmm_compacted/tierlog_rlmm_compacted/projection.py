@@ -45,13 +45,16 @@ the offset of a deleted one). Routing is the same for every reader: Kafka's cach
 range to the copy that finished last and never routes a copy it displaced again, so when the
 copy that displaced others is deleted while they live, a full replay serves their offsets from
 nothing; a reader of the compacted topic does too because that copy's history stays in the
-topic while it matters (displacement markers, below). One listing gap is left (a strict xfail in
-``tests/test_projection.py``): whether Kafka's cache replaces a displaced copy in the epoch's
-listing (``put``) or drops it among the unreferenced segments depends on the epoch's highest
-offset when the displacing copy finished; when a later segment of that epoch is deleted out of
-order (its cleaned copy serves its offsets), a reader of the compacted topic, which no longer
-sees that segment's FINISHED, drops the displaced copy where the full replay had replaced it,
-and lists it again. Only cleaned copies (tiered compaction) displace copies this way.
+topic while it matters (displacement markers, below). Listings are the same too: whether
+Kafka's cache replaces a displaced copy in the epoch's listing (``put``) or drops it among the
+unreferenced segments depends on the epoch's highest copied offset when the displacing copy
+finished, which later segments, since deleted and compacted away, may have raised. A FINISHED
+value says what that offset was where it mattered (``EpochHighestOffsets``: the segment's
+epochs that had copied past it); applying it, a reader first restores those offsets
+(``RemotePartitionMetadataStore.raise_highest_offset``). The applier remembers them per
+finished segment (only such segments: copies finishing out of order), so that the segment's
+deletion, which replays its FINISHED when it overwrites it (``CopyFinished``), and a
+migration's restatement of it carry them too.
 
 Writing (``plan_write``):
 
@@ -245,6 +248,10 @@ class _Partition:
     # segments overlapping it can start; and each described segment's start offset.
     widest: int = 0
     starts: dict[RemoteLogSegmentId, int] = field(default_factory=dict)
+    # For a finished segment whose leader epochs had copied past it when it finished: those
+    # epochs' highest copied offsets then (``EpochHighestOffsets``; rare: copies finishing out
+    # of order).
+    highest: dict[RemoteLogSegmentId, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def put(self, key: MetadataKey, entry: KeyEntry) -> None:
         if key not in self.keys:
@@ -382,19 +389,54 @@ class ProjectionApplier:
         return self._legacy.is_deleted(topic_id_partition)
 
     # Applying ----------------------------------------------------------------------------------
-    def _apply_event(self, tip: TopicIdPartition, part: _Partition, event: object) -> None:
-        """One event, as the topic RLMM applies it, keeping track of finished copies."""
-        self._legacy.apply(DecodedEvent(tip, event))
-        if isinstance(event, RemoteLogSegmentMetadataUpdate):
+    def _apply_event(
+        self,
+        tip: TopicIdPartition,
+        part: _Partition,
+        event: object,
+        highest: Sequence[tuple[int, int]] = (),
+    ) -> None:
+        """One event, as the topic RLMM applies it, keeping track of finished copies. Before a
+        COPY_SEGMENT_FINISHED, the epochs' highest copied offsets the writer saw (``highest``,
+        from ``EpochHighestOffsets``) are restored: the FINISHED then displaces copies as it
+        did for the writer, and what the epochs had copied past the segment is remembered."""
+        if isinstance(event, RemoteLogSegmentMetadataUpdate) and event.state is _FINISHED:
             segment_id = event.remote_log_segment_id
-            if event.state is S.COPY_SEGMENT_FINISHED:
-                current = self.store.peek_segment(tip, segment_id)
-                if current is not None and current.state is S.COPY_SEGMENT_FINISHED:
-                    part.finished.add(segment_id)
-            elif event.state is S.DELETE_SEGMENT_FINISHED and (
-                self.store.peek_segment(tip, segment_id) is None
-            ):  # not an invalid transition, which the cache dropped
-                part.finished.discard(segment_id)
+            before = self.store.peek_segment(tip, segment_id)
+            above: tuple[tuple[int, int], ...] = ()
+            if before is not None and before.state in (S.COPY_SEGMENT_STARTED, _FINISHED):
+                for epoch, offset in highest:
+                    self.store.raise_highest_offset(tip, epoch, offset)
+                above = self._copied_past(tip, before)
+            self._legacy.apply(DecodedEvent(tip, event))
+            current = self.store.peek_segment(tip, segment_id)
+            if current is not None and current.state is _FINISHED:
+                part.finished.add(segment_id)
+                if above:
+                    part.highest[segment_id] = above
+                else:
+                    part.highest.pop(segment_id, None)
+            return
+        self._legacy.apply(DecodedEvent(tip, event))
+        if (
+            isinstance(event, RemoteLogSegmentMetadataUpdate)
+            and event.state is S.DELETE_SEGMENT_FINISHED
+            and self.store.peek_segment(tip, event.remote_log_segment_id) is None
+        ):  # not an invalid transition, which the cache dropped
+            part.finished.discard(event.remote_log_segment_id)
+            part.highest.pop(event.remote_log_segment_id, None)
+
+    def _copied_past(
+        self, tip: TopicIdPartition, segment: RemoteLogSegmentMetadata
+    ) -> tuple[tuple[int, int], ...]:
+        """The segment's leader epochs whose highest copied offset is past the segment's last
+        offset in them, with that offset: what ``EpochHighestOffsets`` says."""
+        past = []
+        for epoch, (_, last) in sorted(_segment_ranges(segment).items()):
+            highest = self.store.peek_highest_offset(tip, epoch)
+            if highest is not None and highest > last:
+                past.append((epoch, highest))
+        return tuple(past)
 
     def _apply_keyed(
         self, tip: TopicIdPartition, part: _Partition, key: MetadataKey, value: ProjectionValue
@@ -418,7 +460,7 @@ class ProjectionApplier:
             self._catch_up(tip, part, value, event)
             current = self.store.peek_segment(tip, segment_id)
             if current is None or current.create_with_updates(event) != current:
-                self._apply_event(tip, part, event)
+                self._apply_event(tip, part, event, value.highest_offsets)
             if event.state is S.DELETE_SEGMENT_STARTED and not value.copy_finished:
                 part.finished.discard(segment_id)
         else:
@@ -466,6 +508,7 @@ class ProjectionApplier:
                 RemoteLogSegmentMetadataUpdate(
                     segment_id, add.event_timestamp_ms, add.custom_metadata, step, add.broker_id
                 ),
+                value.highest_offsets if step is _FINISHED else (),
             )
 
     def _drop_key(
@@ -501,6 +544,7 @@ class ProjectionApplier:
     ) -> None:
         """Remove a segment no key describes any more, as a bootstrapping reader never sees it."""
         part.finished.discard(segment_id)
+        part.highest.pop(segment_id, None)
         current = self.store.peek_segment(tip, segment_id)
         if current is None:
             return
@@ -616,12 +660,20 @@ class ProjectionApplier:
             key = last
         key = self._free_key(tip, part, segment_id, key, keep=keep)
         add = replace(current, state=S.COPY_SEGMENT_STARTED, broker_leader_epoch=None)
+        if event.state is _FINISHED and current.create_with_updates(event) != current:
+            highest = self._copied_past(tip, current)  # what this FINISHED will find
+        elif event.state is _FINISHED or copy_finished:
+            # A restatement (migration) or a deletion: what the segment's FINISHED found.
+            highest = part.highest.get(segment_id, ())
+        else:
+            highest = ()
         value = ProjectionValue(
             replace(event, broker_leader_epoch=epoch),
             epoch,
             current.end_offset,
             add,
             copy_finished,
+            highest,
         )
         dead: tuple[MetadataKey, ...] = ()
         if tombstones and event.state is S.DELETE_SEGMENT_FINISHED:

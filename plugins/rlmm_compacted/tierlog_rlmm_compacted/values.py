@@ -16,7 +16,12 @@ tierlog's ``CleanerOffsets`` (1272)), each written at most once, in ascending or
   partition's log end offset (apiKey 2);
 - tag 20035 ``SegmentAddRecord`` (apiKey 1): the segment's complete framed apiKey-0 value
   (``serde.serialize``) in state COPY_SEGMENT_STARTED;
-- tag 20036 ``CopyFinished`` (apiKey 1 with a DELETE_* state): one byte 1, written only when true.
+- tag 20036 ``CopyFinished`` (apiKey 1 with a DELETE_* state): one byte 1, written only when true;
+- tag 20037 ``EpochHighestOffsets`` (apiKey 1 with ``SegmentAddRecord``, in state
+  COPY_SEGMENT_FINISHED or a deletion with ``CopyFinished``): int32 count, then per entry int32
+  leader epoch and int64 offset, epochs ascending: for each of the segment's leader epochs that
+  had already copied past the segment's last offset in it when the segment finished, that
+  epoch's highest copied offset then. Written only when not empty.
 
 Why ``SegmentAddRecord``: Kafka's update record has no offsets, epochs or size, so a compacted
 topic holding only a segment's latest update could not rebuild the cache (Kafka's reviewers said
@@ -26,6 +31,11 @@ reached COPY_SEGMENT_FINISHED before its deletion started, so that such a reader
 add -> FINISHED -> DELETE_* and counts the segment in the epoch's highest copied offset, as a
 reader of the full history does (the writer sets it whenever the segment had finished; where
 such a value stands in the topic matters when copies displace each other: ``projection.py``).
+Why ``EpochHighestOffsets``: how a finishing copy displaces the copies of its offsets depends on
+the epoch's highest copied offset (Kafka's cache drops every segment mapped at or after its
+start into the unreferenced ones while that offset is within the segment, else silently
+replaces the one mapped at its start, which the epoch then no longer lists). A later segment
+that raised it may be deleted and compacted away; the value restores what the writer saw.
 
 An update carries ``EndOffset`` and ``SegmentAddRecord`` together, or neither: a *bare* update
 (Kafka's record and its ``BrokerLeaderEpoch``) describes no segment; the compacted RLMM writes
@@ -61,6 +71,7 @@ __all__ = [
     "BROKER_LEADER_EPOCH_TAG",
     "COPY_FINISHED_TAG",
     "END_OFFSET_TAG",
+    "EPOCH_HIGHEST_OFFSETS_TAG",
     "SEGMENT_ADD_RECORD_TAG",
     "ProjectionValue",
     "decode_value",
@@ -71,15 +82,18 @@ BROKER_LEADER_EPOCH_TAG: Final = 20033
 END_OFFSET_TAG: Final = 20034
 SEGMENT_ADD_RECORD_TAG: Final = 20035
 COPY_FINISHED_TAG: Final = 20036
+EPOCH_HIGHEST_OFFSETS_TAG: Final = 20037
 
 _NAMES: Final = {
     BROKER_LEADER_EPOCH_TAG: "BrokerLeaderEpoch",
     END_OFFSET_TAG: "EndOffset",
     SEGMENT_ADD_RECORD_TAG: "SegmentAddRecord",
     COPY_FINISHED_TAG: "CopyFinished",
+    EPOCH_HIGHEST_OFFSETS_TAG: "EpochHighestOffsets",
 }
 _INT32: Final = struct.Struct(">i")
 _INT64: Final = struct.Struct(">q")
+_HIGHEST_ENTRY: Final = struct.Struct(">iq")
 _DELETE_STATES: Final = frozenset(
     {RemoteLogSegmentState.DELETE_SEGMENT_STARTED, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED}
 )
@@ -91,7 +105,8 @@ class ProjectionValue:
 
     ``event`` carries ``broker_leader_epoch`` (and, for a partition delete, ``end_offset``) as
     decoded from the tags. ``add_record`` is the segment's add (state COPY_SEGMENT_STARTED) for
-    an update; ``copy_finished`` only matters with a DELETE_* update.
+    an update; ``copy_finished`` only matters with a DELETE_* update; ``highest_offsets`` are
+    (leader epoch, highest copied offset) pairs, epochs ascending (``EpochHighestOffsets``).
     """
 
     event: RemoteLogMetadata
@@ -99,6 +114,7 @@ class ProjectionValue:
     end_offset: int | None = None
     add_record: RemoteLogSegmentMetadata | None = None
     copy_finished: bool = False
+    highest_offsets: tuple[tuple[int, int], ...] = ()
 
     @property
     def api_key(self) -> int:
@@ -142,7 +158,12 @@ def encode_value(value: ProjectionValue) -> bytes:
             )
         )
     if isinstance(event, RemoteLogSegmentMetadata):
-        if value.end_offset is not None or value.add_record is not None or value.copy_finished:
+        if (
+            value.end_offset is not None
+            or value.add_record is not None
+            or value.copy_finished
+            or value.highest_offsets
+        ):
             raise MetadataRecordError(
                 "an add record (COPY_SEGMENT_STARTED) carries only BrokerLeaderEpoch: its end "
                 "offset and segment are its own fields"
@@ -152,7 +173,12 @@ def encode_value(value: ProjectionValue) -> bytes:
             raise MetadataRecordError(
                 f"CopyFinished is for a deletion (DELETE_SEGMENT_*), not an update to {event.state}"
             )
-        if value.end_offset is None and value.add_record is None and not value.copy_finished:
+        if (
+            value.end_offset is None
+            and value.add_record is None
+            and not value.copy_finished
+            and not value.highest_offsets
+        ):
             pass  # a bare update: Kafka's record and its BrokerLeaderEpoch, describing nothing
         elif value.end_offset is None or value.add_record is None:
             raise MetadataRecordError(
@@ -171,6 +197,9 @@ def encode_value(value: ProjectionValue) -> bytes:
             tags.append((SEGMENT_ADD_RECORD_TAG, serde.serialize(value.add_record)))
             if value.copy_finished:
                 tags.append((COPY_FINISHED_TAG, b"\x01"))
+            if value.highest_offsets:
+                _check_highest(value.highest_offsets, value.add_record, event, value.copy_finished)
+                tags.append((EPOCH_HIGHEST_OFFSETS_TAG, _pack_highest(value.highest_offsets)))
     elif isinstance(event, RemotePartitionDeleteMetadata):
         if value.end_offset is None:
             raise MetadataRecordError(
@@ -180,6 +209,61 @@ def encode_value(value: ProjectionValue) -> bytes:
     else:
         raise MetadataRecordError(f"not a remote log metadata event: {type(event).__name__}")
     return encode_record(DecodedRecord(value.api_key, 0, event, tuple(tags)))
+
+
+def _pack_highest(entries: tuple[tuple[int, int], ...]) -> bytes:
+    return _INT32.pack(len(entries)) + b"".join(
+        _HIGHEST_ENTRY.pack(epoch, offset) for epoch, offset in entries
+    )
+
+
+def _unpack_highest(data: bytes) -> tuple[tuple[int, int], ...]:
+    tag = EPOCH_HIGHEST_OFFSETS_TAG
+    if len(data) < _INT32.size:
+        raise _tag_error(tag, f"has {len(data)} byte(s), expected at least {_INT32.size}")
+    (count,) = _INT32.unpack_from(data)
+    expected = _INT32.size + count * _HIGHEST_ENTRY.size
+    if count < 0 or len(data) != expected:
+        raise _tag_error(tag, f"has {len(data)} byte(s) for {count} entries")
+    return tuple(
+        (int(epoch), int(offset))
+        for epoch, offset in _HIGHEST_ENTRY.iter_unpack(data[_INT32.size :])
+    )
+
+
+def _check_highest(
+    entries: tuple[tuple[int, int], ...],
+    add: RemoteLogSegmentMetadata,
+    update: RemoteLogSegmentMetadataUpdate,
+    copy_finished: bool,
+) -> None:
+    """``EpochHighestOffsets`` on a finished copy: epochs of the segment, ascending, each with
+    an offset past the segment's last offset in that epoch."""
+    tag = EPOCH_HIGHEST_OFFSETS_TAG
+    if update.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED and not copy_finished:
+        raise _tag_error(
+            tag, f"is set on an update to {update.state} of a segment that did not finish copying"
+        )
+    epochs = sorted(add.segment_leader_epochs.items())
+    last = {
+        epoch: epochs[i + 1][1] - 1 if i + 1 < len(epochs) else add.end_offset
+        for i, (epoch, _) in enumerate(epochs)
+    }
+    previous = -1
+    for epoch, offset in entries:
+        if epoch <= previous:
+            raise _tag_error(tag, f"lists epoch {epoch} after epoch {previous}: not ascending")
+        previous = epoch
+        if epoch not in last:
+            raise _tag_error(
+                tag, f"names epoch {epoch}, not one of segment {update.remote_log_segment_id}'s"
+            )
+        if offset <= last[epoch]:
+            raise _tag_error(
+                tag,
+                f"gives epoch {epoch} the highest offset {offset}, not past the segment's last "
+                f"offset {last[epoch]} in it",
+            )
 
 
 def _pack(tag: int, layout: struct.Struct, number: int, low: int) -> bytes:
@@ -260,6 +344,17 @@ def decode_value(data: bytes) -> ProjectionValue:
         if add is None:
             raise _tag_error(COPY_FINISHED_TAG, "is set on an update without SegmentAddRecord")
         copy_finished = True
+    highest: tuple[tuple[int, int], ...] = ()
+    if EPOCH_HIGHEST_OFFSETS_TAG in tags:
+        assert isinstance(event, RemoteLogSegmentMetadataUpdate)
+        if add is None:
+            raise _tag_error(
+                EPOCH_HIGHEST_OFFSETS_TAG, "is set on an update without SegmentAddRecord"
+            )
+        highest = _unpack_highest(tags[EPOCH_HIGHEST_OFFSETS_TAG])
+        if not highest:
+            raise _tag_error(EPOCH_HIGHEST_OFFSETS_TAG, "is empty (it is written only when not)")
+        _check_highest(highest, add, event, copy_finished)
     if isinstance(event, RemoteLogSegmentMetadataUpdate) and (add is None) != (end is None):
         raise MetadataRecordError(
             "malformed compacted remote log metadata value: an update has EndOffset and "
@@ -273,4 +368,4 @@ def decode_value(data: bytes) -> ProjectionValue:
         event = dataclasses.replace(event, broker_leader_epoch=epoch, end_offset=end)
     elif epoch is not None:
         event = dataclasses.replace(event, broker_leader_epoch=epoch)
-    return ProjectionValue(event, epoch, end, add, copy_finished)
+    return ProjectionValue(event, epoch, end, add, copy_finished, highest)
