@@ -35,6 +35,7 @@ from _migration_support import (
     produce,
     read_topic,
     states,
+    tip_on,
     topic_configs,
     wait_until,
 )
@@ -52,7 +53,13 @@ from tierlog_rlmm_compacted.state import PartitionState, diff, logical_state
 from tierlog_rlmm_topic import TopicBasedRemoteLogMetadataManager
 
 from tierlog.cli import _metadata
-from tierlog.conformance.rlmm_suite import FINISHED, segment, update_of
+from tierlog.conformance.rlmm_suite import (
+    DELETE_FINISHED,
+    DELETE_STARTED,
+    FINISHED,
+    segment,
+    update_of,
+)
 from tierlog.metadata import RemotePartitionMetadataStore, metadata_partition, serde
 from tierlog.spi import (
     CustomMetadata,
@@ -346,6 +353,49 @@ def test_a_legacy_writer_still_writing_fails_the_verification(legacy: Legacy) ->
     assert "verification: FAILED for 1 partition(s)" in out.getvalue()
     assert f"tierlog: {tip}: the keyed records differ from the history: segment" in err.getvalue()
     assert "nothing was switched" in err.getvalue()
+
+
+def test_a_copy_a_deleted_duplicate_displaced_is_refused_until_it_is_deleted(
+    legacy: Legacy,
+) -> None:
+    """A duplicate upload (a leadership change during the upload) displaced the first copy,
+    then was deleted first: Kafka's cache serves those offsets from no segment, which keyed
+    records of the live segments cannot rebuild. The migration refuses, says why and what to
+    do, writes and switches nothing; once the copy is deleted too, it migrates."""
+    tip = tip_on(0, "displaced")
+    rlmm = legacy.rlmm
+    rlmm.on_partition_leadership_changes({tip}, set())
+    wait_until(lambda: rlmm.is_ready(tip), "the legacy RLMM's readiness")
+    first, duplicate = segment(tip, 0, 99, {0: 0}), segment(tip, 0, 99, {0: 0})
+    for metadata in (first, duplicate):
+        rlmm.add_remote_log_segment_metadata(metadata).result(timeout=DEADLINE_S)
+        rlmm.update_remote_log_segment_metadata(update_of(metadata, FINISHED)).result(
+            timeout=DEADLINE_S
+        )
+    for state in (DELETE_STARTED, DELETE_FINISHED):
+        rlmm.update_remote_log_segment_metadata(update_of(duplicate, state)).result(
+            timeout=DEADLINE_S
+        )
+    assert rlmm.remote_log_segment_metadata(tip, 0, 0) is None
+    ends = end_offsets(legacy.servers, legacy.topic)
+
+    run = migrate_cli(*legacy.args)
+
+    assert run.code == 1, run.out + run.err
+    assert (
+        f"segment {first.remote_log_segment_id.id} (offsets 0-99) is a finished copy that a copy "
+        "since deleted displaced: the history serves offset 0 of leader epoch 0 from no segment"
+    ) in run.err
+    assert "run the migration again once it is deleted too" in run.err
+    assert "nothing was written or switched" in run.err
+    assert end_offsets(legacy.servers, legacy.topic) == ends, "the refused plan was written"
+    assert topic_configs(legacy.admin, legacy.topic)["cleanup.policy"] == "delete"
+
+    for state in (DELETE_STARTED, DELETE_FINISHED):
+        rlmm.update_remote_log_segment_metadata(update_of(first, state)).result(timeout=DEADLINE_S)
+    run = migrate_cli(*legacy.args)
+    assert run.code == 0, run.out + run.err
+    assert topic_configs(legacy.admin, legacy.topic)["cleanup.policy"] == "compact"
 
 
 def test_dry_run_writes_nothing(legacy: Legacy) -> None:

@@ -261,8 +261,9 @@ def write_history(
     doomed: TopicIdPartition,
 ) -> None:
     """Through the RLMM, with ``broker_leader_epoch`` set: per partition of ``tips``, two
-    finished uploads, one in progress, a failed upload retried under the same key, the first
-    segment deleted (under a new leader epoch); ``doomed`` deleted for good."""
+    finished uploads, a copy of the first finishing after the second (its value carries
+    ``EpochHighestOffsets``), one in progress, a failed upload retried under the same key, the
+    first segment deleted (under a new leader epoch); ``doomed`` deleted for good."""
 
     def publish(event: RemoteLogMetadata) -> None:
         if isinstance(event, RemoteLogSegmentMetadata):
@@ -288,6 +289,7 @@ def write_history(
         first, second = add(tip, 0), add(tip, 100)
         update(first, FINISHED)
         update(second, FINISHED)
+        update(add(tip, 0), FINISHED)  # epoch 0 had copied up to 199: tag 20037
         add(tip, 200)  # in progress
         add(tip, 300)  # fails silently...
         update(add(tip, 300), FINISHED)  # ...and its retry supersedes it under the same key
@@ -434,6 +436,7 @@ def test_kafka_tiers_on_while_the_compacted_rlmm_writes_keyed_records(
     records = read_records(servers, KAFKA_METADATA_TOPIC, isolation="read_uncommitted")
     assert all(r.value is not None for r in records), "a tombstone in a level-0 topic"
     keyed = [r for r in records if r.key is not None]
+    assert any(r.value and decode_value(r.value).highest_offsets == ((0, 199),) for r in keyed)
     assert {r.partition for r in keyed} == {partition_of(tip) for tip in [*ours, doomed]}
     assert any(r.key is None for r in records if r.partition == shared)
     ends: dict[int, int] = {}

@@ -366,7 +366,31 @@ class _Scan:
             report.superseded += len(superseded)
             differences = diff(expected.without(superseded), got)
             if differences:
-                report.failures[tip] = differences
+                report.failures[tip] = differences + self._orphaned_copies(tip, expected)
+
+    def _orphaned_copies(self, tip: TopicIdPartition, expected: PartitionState) -> list[str]:
+        """Why the keyed records cannot rebuild a partition, when that is the reason: finished
+        copies that a copy since deleted displaced (a duplicate upload after a leadership
+        change, deleted first). Kafka's cache serves their offsets from no segment; keyed
+        records of the live segments alone would route them to the copy again."""
+        store = self.reference_store
+        lines = []
+        for segment in expected.segments:
+            if segment.state is not S.COPY_SEGMENT_FINISHED:
+                continue
+            epochs = sorted(segment.segment_leader_epochs.items())
+            for epoch, start in epochs:
+                if store.remote_log_segment_metadata(tip, epoch, start) is None:
+                    lines.append(
+                        f"segment {segment.remote_log_segment_id.id} (offsets "
+                        f"{segment.start_offset}-{segment.end_offset}) is a finished copy that a "
+                        f"copy since deleted displaced: the history serves offset {start} of "
+                        f"leader epoch {epoch} from no segment, which the keyed records of the "
+                        "live segments cannot rebuild; run the migration again once it is "
+                        "deleted too"
+                    )
+                    break
+        return lines
 
 
 def _is_position_value(value: bytes) -> bool:
