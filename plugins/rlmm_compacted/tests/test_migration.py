@@ -355,13 +355,14 @@ def test_a_legacy_writer_still_writing_fails_the_verification(legacy: Legacy) ->
     assert "nothing was switched" in err.getvalue()
 
 
-def test_a_copy_a_deleted_duplicate_displaced_is_refused_until_it_is_deleted(
-    legacy: Legacy,
+def test_a_copy_a_deleted_duplicate_displaced_migrates_with_a_marker(
+    legacy: Legacy, compacted_factory: Callable[..., CompactedRemoteLogMetadataManager]
 ) -> None:
     """A duplicate upload (a leadership change during the upload) displaced the first copy,
-    then was deleted first: Kafka's cache serves those offsets from no segment, which keyed
-    records of the live segments cannot rebuild. The migration refuses, says why and what to
-    do, writes and switches nothing; once the copy is deleted too, it migrates."""
+    then was deleted first: the history serves offsets 0-99 from no segment. The migration
+    writes the duplicate's history as a displacement marker; a compacted RLMM bootstrapping
+    from the migrated topic serves them from nothing too, and deleting the first copy at
+    level 1 tombstones the marker with it."""
     tip = tip_on(0, "displaced")
     rlmm = legacy.rlmm
     rlmm.on_partition_leadership_changes({tip}, set())
@@ -377,25 +378,27 @@ def test_a_copy_a_deleted_duplicate_displaced_is_refused_until_it_is_deleted(
             timeout=DEADLINE_S
         )
     assert rlmm.remote_log_segment_metadata(tip, 0, 0) is None
-    ends = end_offsets(legacy.servers, legacy.topic)
+    expected = states(rlmm, [tip])
+    rlmm.close()
 
     run = migrate_cli(*legacy.args)
 
-    assert run.code == 1, run.out + run.err
-    assert (
-        f"segment {first.remote_log_segment_id.id} (offsets 0-99) is a finished copy that a copy "
-        "since deleted displaced: the history serves offset 0 of leader epoch 0 from no segment"
-    ) in run.err
-    assert "run the migration again once it is deleted too" in run.err
-    assert "nothing was written or switched" in run.err
-    assert end_offsets(legacy.servers, legacy.topic) == ends, "the refused plan was written"
-    assert topic_configs(legacy.admin, legacy.topic)["cleanup.policy"] == "delete"
+    assert run.code == 0, run.out + run.err
+    assert run.line("keyed values written:") == (
+        "keyed values written: 2 (0 partition delete markers, 1 displacement markers, "
+        "1 transactions)"
+    )
+    assert topic_configs(legacy.admin, legacy.topic)["cleanup.policy"] == "compact"
+    compacted = compacted_factory(METADATA_PARTITIONS, legacy.topic)
+    assert bootstrapped(compacted, [tip], []) == expected
+    assert compacted.remote_log_segment_metadata(tip, 0, 0) is None
+    assert compacted.applier.orphan_keys(tip) == [], "the marker is needed"
 
     for state in (DELETE_STARTED, DELETE_FINISHED):
-        rlmm.update_remote_log_segment_metadata(update_of(first, state)).result(timeout=DEADLINE_S)
-    run = migrate_cli(*legacy.args)
-    assert run.code == 0, run.out + run.err
-    assert topic_configs(legacy.admin, legacy.topic)["cleanup.policy"] == "compact"
+        compacted.update_remote_log_segment_metadata(update_of(first, state)).result(
+            timeout=DEADLINE_S
+        )
+    assert compacted.applier.keys(tip) == {}, "the marker outlived the copy it displaced"
 
 
 def test_dry_run_writes_nothing(legacy: Legacy) -> None:

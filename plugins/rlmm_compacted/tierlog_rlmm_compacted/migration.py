@@ -20,7 +20,9 @@ client configuration, timeouts, stalls), reading committed records only:
    COPY_SEGMENT_STARTED, an update otherwise; the broker leader epoch is the fallback, the
    legacy records carry none); for every partition with a delete marker, the marker. Failed
    uploads (COPY_SEGMENT_STARTED) are planned after the other segments, so that one sharing a
-   key with a finished retry moves to a free key instead of being superseded. Each planned
+   key with a finished retry moves to a free key instead of being superseded. A deleted copy
+   that displaced copies still finished is planned as a displacement marker (``displaced.py``,
+   ``ProjectionApplier.plan_history_marker``) where it finished. Each planned
    value is applied at once (the next plan sees it), and the partition's plan is checked as
    step 3 checks the topic: a plan that would not verify is never written.
 2. **Write.** Per metadata partition, one transaction: the planned values, and with the audit
@@ -99,6 +101,7 @@ from tierlog_rlmm_compacted.config import (
     TOPIC_CONFIG_PREFIX,
     CompactedRlmmConfig,
 )
+from tierlog_rlmm_compacted.displaced import DisplacementTracker, HistoryMarker
 from tierlog_rlmm_compacted.keys import MetadataKey
 from tierlog_rlmm_compacted.position import is_position
 from tierlog_rlmm_compacted.projection import PlannedWrite, ProjectionApplier
@@ -167,6 +170,8 @@ class MigrationReport:
     keyed_written: int = 0
     """Keyed values written (planned, with ``dry_run``), delete markers included."""
     markers_written: int = 0
+    history_markers: int = 0
+    """Displacement markers among the keyed values (``displaced.py``)."""
     audit_copied: int = 0
     audit_topic: str | None = None
     transactions: int = 0
@@ -218,8 +223,11 @@ class _Scan:
         self.keyed_at: dict[RemoteLogSegmentId, int] = {}
         """Offset of the latest keyed value of each segment."""
         self.deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
+        self.displaced = DisplacementTracker()
+        """Deleted copies that displaced others (``displaced.py``): written as markers when
+        copies they displaced are still finished."""
         self.records = self.legacy_records = self.keyed = self.tombstones = self.positions = 0
-        self.misplaced = self.markers = 0
+        self.misplaced = self.markers = self.history_markers = 0
 
     def add(self, record: TopicRecord) -> None:
         offset, key, value = record.offset, record.key, record.value
@@ -262,6 +270,18 @@ class _Scan:
             and isinstance(plain, RemoteLogMetadata)
             and _restates(self.reference_store, tip, plain)
         )
+        if (
+            self.legacy is not None
+            and not restated
+            and isinstance(plain, RemoteLogSegmentMetadataUpdate)
+        ):
+            segment_id = plain.remote_log_segment_id
+            self.displaced.observe(
+                self.legacy.store.peek_segment(tip, segment_id),
+                plain,
+                offset,
+                self.projection.highest_offsets_at_finish(tip, segment_id),
+            )
         self.projection.apply(decoded)
         if isinstance(plain, RemoteLogMetadata):
             if self.legacy is not None and not restated:
@@ -305,38 +325,60 @@ class _Scan:
         the segments are written in the order of their last change in the history (failed
         uploads last: they serve no read, and a retry's key then does not supersede them), and
         from the first segment with no keyed value describing it (or with one older than the
-        previous segment's), every later segment is written again, described or not."""
+        previous segment's), every later segment is written again, described or not.
+
+        A deleted copy that displaced copies still finished (``displaced.py``) is written too,
+        as its history in one keyed value, in the order of its COPY_SEGMENT_FINISHED among the
+        segments' changes: a reader replays it after the copies it displaced, as they finished
+        before it."""
         writes: list[PlannedWrite] = []
         for tip in self.tips:
             entries = self.projection.keys(tip).values()
             described = {(e.segment_id, e.state) for e in entries}
             if not self.projection.is_deleted(tip):
-                segments = sorted(
-                    self.projection.store.list_remote_log_segments(tip),
-                    key=lambda s: (
-                        s.state is S.COPY_SEGMENT_STARTED,
-                        self.changed.get(s.remote_log_segment_id, -1),
-                        s.start_offset,
-                        s.end_offset,
-                        str(s.remote_log_segment_id.id),
-                    ),
-                )
+                items: list[RemoteLogSegmentMetadata | HistoryMarker] = [
+                    *self.projection.store.list_remote_log_segments(tip),
+                    *(self.displaced.needed(tip, self.legacy.store) if self.legacy else ()),
+                ]
+                items.sort(key=self._order)
                 previous = -1
-                for index, segment in enumerate(segments):
-                    segment_id = segment.remote_log_segment_id
+                for index, item in enumerate(items):
+                    segment_id, state = _described_as(item)
                     at = self.keyed_at.get(segment_id, -1)
-                    if (segment_id, segment.state) not in described or at < previous:
-                        writes += [self._write(_event_of(s)) for s in segments[index:]]
+                    if (segment_id, state) not in described or at < previous:
+                        writes += [self._write_item(i) for i in items[index:]]
                         break
                     previous = at
             delete = self.deletes.get(tip)
             if delete is not None and (None, delete.state) not in described:
-                writes.append(self._write(delete))
+                writes.append(self._write(self.projection.plan_write(delete, tombstones=False)))
                 self.markers += 1
         return writes
 
-    def _write(self, event: RemoteLogMetadata) -> PlannedWrite:
-        planned = self.projection.plan_write(event, tombstones=False)
+    def _order(self, item: RemoteLogSegmentMetadata | HistoryMarker) -> tuple[object, ...]:
+        """Failed uploads last; then by the offset of the last change in the history (a
+        marker: of its COPY_SEGMENT_FINISHED)."""
+        if isinstance(item, HistoryMarker):
+            segment, changed = item.segment, item.finished_at
+        else:
+            segment, changed = item, self.changed.get(item.remote_log_segment_id, -1)
+        return (
+            segment.state is S.COPY_SEGMENT_STARTED and not isinstance(item, HistoryMarker),
+            changed,
+            segment.start_offset,
+            segment.end_offset,
+            str(segment.remote_log_segment_id.id),
+        )
+
+    def _write_item(self, item: RemoteLogSegmentMetadata | HistoryMarker) -> PlannedWrite:
+        if isinstance(item, HistoryMarker):
+            self.history_markers += 1
+            return self._write(
+                self.projection.plan_history_marker(item.segment, item.deletion, item.highest)
+            )
+        return self._write(self.projection.plan_write(_event_of(item), tombstones=False))
+
+    def _write(self, planned: PlannedWrite) -> PlannedWrite:
         key = planned.key.encode()
         self.projection.apply(self.projection.decode(key, planned.value))
         self.latest.pop(key, None)
@@ -415,6 +457,15 @@ def _restates(
             and current.custom_metadata == event.custom_metadata
         )
     return False
+
+
+def _described_as(
+    item: RemoteLogSegmentMetadata | HistoryMarker,
+) -> tuple[RemoteLogSegmentId, RemoteLogSegmentState]:
+    """The segment and state a keyed value already written for ``item`` says."""
+    if isinstance(item, HistoryMarker):
+        return item.segment.remote_log_segment_id, S.DELETE_SEGMENT_FINISHED
+    return item.remote_log_segment_id, item.state
 
 
 def _event_of(segment: RemoteLogSegmentMetadata) -> RemoteLogMetadata:
@@ -710,6 +761,7 @@ class _Migration:
                 )
         report.keyed_written += len(plan)
         report.markers_written += scan.markers
+        report.history_markers += scan.history_markers
         if scan.misplaced:
             _LOG.warning(
                 "%s partition %d holds %d record(s) of user partitions that belong to other "
@@ -898,7 +950,9 @@ def print_report(report: MigrationReport, out: TextIO, err: TextIO) -> int:
         f"user partitions: {report.user_partitions} ({report.deleted_partitions} deleted)",
         f"live segments: {report.live_segments}",
         f"keyed values {verb}: {report.keyed_written} ({report.markers_written} partition "
-        f"delete markers, {report.transactions} transactions)",
+        "delete markers, "
+        + (f"{report.history_markers} displacement markers, " if report.history_markers else "")
+        + f"{report.transactions} transactions)",
     ]
     if report.audit_topic is None and not report.dry_run:
         lines.append("audit records copied: none (no audit)")

@@ -133,6 +133,7 @@ from tierlog.metadata import RemotePartitionMetadataStore, serde, write_checks
 from tierlog.metadata.serde import RemoteLogSegmentMetadataSnapshot
 from tierlog.spi import (
     IllegalStateError,
+    InvalidArgumentError,
     MetadataRecordError,
     RemoteLogMetadata,
     RemoteLogSegmentId,
@@ -613,6 +614,58 @@ class ProjectionApplier:
                 value = ProjectionValue(event, epoch)
                 return PlannedWrite(key, encode_value(value), audit)
             return self._plan_update(tip, part, event, audit, tombstones)
+
+    def plan_history_marker(
+        self,
+        segment: RemoteLogSegmentMetadata,
+        deletion: RemoteLogSegmentMetadataUpdate,
+        highest: tuple[tuple[int, int], ...],
+    ) -> PlannedWrite:
+        """The keyed DELETE_SEGMENT_FINISHED of a segment the cache no longer holds (``segment``
+        its metadata when its deletion started, ``deletion`` the event that finished it), as a
+        displacement marker alone: a reader replays the segment's whole history from it (add,
+        COPY_SEGMENT_FINISHED against the epochs' highest offsets ``highest``, what
+        ``highest_offsets_at_finish`` said before the deletion, then the deletion).
+        For a migration, whose history deleted a copy that displaced copies still finished.
+        ``IllegalStateError`` for a partition not loaded; ``InvalidArgumentError`` for a
+        deletion of another segment or not DELETE_SEGMENT_FINISHED."""
+        tip = segment.topic_id_partition
+        segment_id = segment.remote_log_segment_id
+        if deletion.remote_log_segment_id != segment_id or deletion.state is not (
+            S.DELETE_SEGMENT_FINISHED
+        ):
+            raise InvalidArgumentError(
+                f"a history marker of segment {segment_id} needs its DELETE_SEGMENT_FINISHED, "
+                f"not {deletion.state} of {deletion.remote_log_segment_id}"
+            )
+        with self._lock:
+            part = self._parts.get(tip)
+            if part is None:
+                raise IllegalStateError(f"{tip} is not loaded by this compacted RLMM")
+            epoch = deletion.broker_leader_epoch
+            if epoch is None:
+                epoch = _epoch_of(segment)
+            key = self._free_key(
+                tip, part, segment_id, MetadataKey.of(tip, segment.end_offset, epoch)
+            )
+            value = ProjectionValue(
+                replace(deletion, broker_leader_epoch=epoch),
+                epoch,
+                segment.end_offset,
+                replace(segment, state=S.COPY_SEGMENT_STARTED, broker_leader_epoch=None),
+                True,
+                highest,
+            )
+            return PlannedWrite(key, encode_value(value), serde.serialize(deletion))
+
+    def highest_offsets_at_finish(
+        self, topic_id_partition: TopicIdPartition, segment_id: RemoteLogSegmentId
+    ) -> tuple[tuple[int, int], ...]:
+        """``EpochHighestOffsets`` of a finished (or deleting) segment: its leader epochs
+        that had copied past it when it finished, with their highest offsets then."""
+        with self._lock:
+            part = self._parts.get(topic_id_partition)
+            return () if part is None else part.highest.get(segment_id, ())
 
     def _plan_update(
         self,

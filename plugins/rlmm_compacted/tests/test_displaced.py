@@ -1,0 +1,143 @@
+"""Displacement markers of a migration (``displaced.py``, ``migration._Scan``), without a
+broker: a legacy history whose duplicate upload displaced the first copy and was deleted
+first. The plan writes the deleted copy's history where it finished; a reader of the keyed
+values alone (as compaction leaves them) routes and lists as the history does. The real
+broker's run is ``test_migration.py``'s."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from tierlog_rlmm_compacted.displaced import DisplacementTracker
+from tierlog_rlmm_compacted.migration import MigrationReport, _Scan
+from tierlog_rlmm_compacted.projection import PlannedWrite
+from tierlog_rlmm_compacted.values import decode_value
+
+from tierlog.conformance.rlmm_suite import (
+    DELETE_FINISHED,
+    DELETE_STARTED,
+    FINISHED,
+    new_partition,
+    segment,
+    update_of,
+)
+from tierlog.metadata import metadata_partition, serde
+from tierlog.metadata.topic_reader import TopicRecord
+from tierlog.spi import RemoteLogMetadata, RemoteLogSegmentMetadata, TopicIdPartition
+
+COUNT = 3
+TOPIC = "__remote_log_metadata"
+
+
+def finished(seg: RemoteLogSegmentMetadata) -> list[RemoteLogMetadata]:
+    return [seg, update_of(seg, FINISHED)]
+
+
+def deleted(seg: RemoteLogSegmentMetadata) -> list[RemoteLogMetadata]:
+    return [update_of(seg, DELETE_STARTED), update_of(seg, DELETE_FINISHED)]
+
+
+def scan(
+    tip: TopicIdPartition, history: list[RemoteLogMetadata], *, forget: bool = False
+) -> tuple[_Scan, list[PlannedWrite], MigrationReport]:
+    """The migration's first pass over ``history`` (null-key records): plan and check.
+    ``forget``: the tracker remembers nothing (as if the history had lost the deleted copy's
+    records), to see the check refuse."""
+    partition = metadata_partition(tip, COUNT)
+    s = _Scan(TOPIC, partition, COUNT, legacy=True)
+    if forget:
+        s.displaced = DisplacementTracker()
+    for offset, event in enumerate(history):
+        s.add(TopicRecord(partition, offset, None, serde.serialize(event)))
+    s.finish()
+    if forget:
+        s.displaced = DisplacementTracker()
+    planned = s.plan()
+    report = MigrationReport(topic=TOPIC)
+    s.check(report)
+    return s, planned, report
+
+
+def served(s: _Scan, tip: TopicIdPartition, offset: int) -> RemoteLogSegmentMetadata | None:
+    reader, _ = s.compacted()
+    return reader.store.remote_log_segment_metadata(tip, 0, offset)
+
+
+def listed(s: _Scan, tip: TopicIdPartition) -> list[object]:
+    reader, _ = s.compacted()
+    return [m.remote_log_segment_id for m in reader.store.list_remote_log_segments(tip, 0)]
+
+
+def test_a_duplicate_deleted_first_is_written_as_a_marker() -> None:
+    """Both copies in epoch 0, nothing after: the duplicate's FINISHED dropped the first copy
+    among the epoch's unreferenced segments (still listed); once the duplicate is deleted, no
+    segment serves offsets 0-99."""
+    tip = new_partition("displaced")
+    first, duplicate = segment(tip, 0, 99, {0: 0}), segment(tip, 0, 99, {0: 0})
+    s, planned, report = scan(tip, [*finished(first), *finished(duplicate), *deleted(duplicate)])
+    assert report.failures == {}
+    assert s.history_markers == 1
+    values = [decode_value(w.value) for w in planned]
+    assert [v.event.remote_log_segment_id for v in values] == [
+        first.remote_log_segment_id,
+        duplicate.remote_log_segment_id,
+    ]
+    marker = values[1]
+    assert marker.event.state is DELETE_FINISHED and marker.copy_finished
+    assert marker.add_record is not None and marker.add_record.end_offset == 99
+    assert planned[0].key != planned[1].key
+    assert served(s, tip, 0) is None
+    assert listed(s, tip) == [first.remote_log_segment_id]
+
+
+def test_a_marker_replaces_as_the_history_did_once_the_epoch_had_copied_past() -> None:
+    """A later segment had finished before the duplicate: its FINISHED replaced the first copy
+    at offset 0 (which the epoch then no longer lists). The marker carries the epoch's highest
+    offset then (199), and a reader of the keyed values lists what the history lists."""
+    tip = new_partition("replaced")
+    first, second = segment(tip, 0, 99, {0: 0}), segment(tip, 100, 199, {0: 100})
+    duplicate = segment(tip, 0, 99, {0: 0})
+    history = [*finished(first), *finished(second), *finished(duplicate), *deleted(duplicate)]
+    s, planned, report = scan(tip, history)
+    assert report.failures == {}
+    assert s.history_markers == 1
+    marker = decode_value(planned[-1].value)
+    assert marker.event.remote_log_segment_id == duplicate.remote_log_segment_id
+    assert marker.highest_offsets == ((0, 199),)
+    assert served(s, tip, 0) is None
+    assert served(s, tip, 150) is not None
+    assert listed(s, tip) == [second.remote_log_segment_id]
+
+
+def test_no_marker_once_the_displaced_copy_is_deleted_or_without_duplicates() -> None:
+    tip = new_partition("plain")
+    first, duplicate = segment(tip, 0, 99, {0: 0}), segment(tip, 0, 99, {0: 0})
+    after = segment(tip, 100, 199, {0: 100})
+    history = [*finished(first), *finished(duplicate), *deleted(duplicate), *deleted(first)]
+    s, _, report = scan(tip, [*history, *finished(after)])
+    assert report.failures == {}
+    assert s.history_markers == 0
+    # Retention of contiguous segments: no copy starts within another's offsets.
+    a, b = segment(tip, 0, 99, {0: 0}), segment(tip, 100, 199, {0: 100})
+    s, _, report = scan(tip, [*finished(a), *finished(b), *deleted(a)])
+    assert report.failures == {} and s.history_markers == 0
+    assert s.displaced.needed(tip, s.reference_store) == []
+
+
+def test_without_the_marker_the_check_names_the_copy_served_by_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tip = new_partition("forgotten")
+    first, duplicate = segment(tip, 0, 99, {0: 0}), segment(tip, 0, 99, {0: 0})
+    caplog.set_level(logging.ERROR)
+    _, _, report = scan(
+        tip, [*finished(first), *finished(duplicate), *deleted(duplicate)], forget=True
+    )
+    lines = report.failures[tip]
+    assert (
+        f"segment {first.remote_log_segment_id.id} (offsets 0-99) is a finished copy that a copy "
+        "since deleted displaced: the history serves offset 0 of leader epoch 0 from no "
+        "segment, which the keyed records of the live segments cannot rebuild; run the "
+        "migration again once it is deleted too"
+    ) in lines
