@@ -142,6 +142,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -626,9 +627,17 @@ class HistoryWriter:
 Processor = Callable[[list[Message]], tuple[int, int, int]]
 """Handles a batch of messages; returns (records, value bytes, offset after the batch's last
 record or EOF, -1 when none)."""
+Step = Callable[[Message, bytes | None], None]
+"""A bare reader's work on one record beyond reading it: the message and its value (None for a
+tombstone)."""
 
 
-def read_bytes() -> Processor:
+def reader(step: Step | None = None) -> Processor:
+    """The loop of every bare reader: each record of a batch read and its value touched (the
+    **bytes**), then ``step`` run on it; a partition EOF says where the partition ends. The
+    readers differ only by their ``step``, so their figures differ only by what it costs
+    (``read_bytes`` has none, and pays a test of ``None`` per record for it)."""
+
     def process(batch: list[Message]) -> tuple[int, int, int]:
         records = size = 0
         after = -1
@@ -639,6 +648,8 @@ def read_bytes() -> Processor:
                     after = max(after, message.offset() or 0)
                 continue
             value = message.value()
+            if step is not None:
+                step(message, value)
             records += 1
             size += len(value) if value is not None else 0
             after = (message.offset() or 0) + 1
@@ -647,52 +658,36 @@ def read_bytes() -> Processor:
     return process
 
 
-def read_decode() -> Processor:
-    def process(batch: list[Message]) -> tuple[int, int, int]:
-        records = size = 0
-        after = -1
-        for message in batch:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    after = max(after, message.offset() or 0)
-                continue
-            value = message.value()
-            assert value is not None
-            deserialize(value)
-            records += 1
-            size += len(value)
-            after = (message.offset() or 0) + 1
-        return records, size, after
+def read_bytes() -> Processor:
+    """Every value touched, nothing else: the limit."""
+    return reader()
 
-    return process
+
+def read_decode() -> Processor:
+    """Every value decoded from Kafka's legacy bytes (``serde.deserialize``), what the RLMM's
+    applier does first."""
+
+    def decode(_message: Message, value: bytes | None) -> None:
+        assert value is not None
+        deserialize(value)
+
+    return reader(decode)
 
 
 def read_decode_apply(target: TopicIdPartition) -> Processor:
+    """``read_decode``, the target's events then applied to a ``RemotePartitionMetadataStore``
+    (the RLMM's work with none of its machinery)."""
     store = RemotePartitionMetadataStore()
     store.maybe_load_partition(target)
     handle = store.handle
 
-    def process(batch: list[Message]) -> tuple[int, int, int]:
-        records = size = 0
-        after = -1
-        for message in batch:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    after = max(after, message.offset() or 0)
-                continue
-            value = message.value()
-            assert value is not None
-            metadata = deserialize(value)
-            if isinstance(metadata, RemoteLogMetadata) and metadata.topic_id_partition == target:
-                handle(metadata)
-            records += 1
-            size += len(value)
-            after = (message.offset() or 0) + 1
-        return records, size, after
+    def decode_apply(_message: Message, value: bytes | None) -> None:
+        assert value is not None
+        metadata = deserialize(value)
+        if isinstance(metadata, RemoteLogMetadata) and metadata.topic_id_partition == target:
+            handle(metadata)
 
-    return process
+    return reader(decode_apply)
 
 
 def read_projection_apply(target: TopicIdPartition) -> Processor:
@@ -703,25 +698,12 @@ def read_projection_apply(target: TopicIdPartition) -> Processor:
     applier.load(target)
     decode, apply = applier.decode, applier.apply
 
-    def process(batch: list[Message]) -> tuple[int, int, int]:
-        records = size = 0
-        after = -1
-        for message in batch:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    after = max(after, message.offset() or 0)
-                continue
-            value = message.value()
-            event = decode(message.key(), value)
-            if event.topic_id_partition == target:
-                apply(event)
-            records += 1
-            size += len(value) if value is not None else 0
-            after = (message.offset() or 0) + 1
-        return records, size, after
+    def decode_apply(message: Message, value: bytes | None) -> None:
+        event = decode(message.key(), value)
+        if event.topic_id_partition == target:
+            apply(event)
 
-    return process
+    return reader(decode_apply)
 
 
 @dataclass
@@ -735,30 +717,16 @@ class Counted:
 
 
 def read_count(marker_key: bytes, counted: Counted) -> Processor:
-    """``read_bytes`` that also counts tombstones and markers into ``counted``."""
+    """``read_bytes`` that also counts records, tombstones and markers into ``counted``."""
 
-    def process(batch: list[Message]) -> tuple[int, int, int]:
-        records = size = 0
-        after = -1
-        for message in batch:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    after = max(after, message.offset() or 0)
-                continue
-            value = message.value()
-            records += 1
-            if value is None:
-                counted.tombstones += 1
-            else:
-                size += len(value)
-                if message.key() == marker_key:
-                    counted.markers += 1
-            after = (message.offset() or 0) + 1
-        counted.records += records
-        return records, size, after
+    def count(message: Message, value: bytes | None) -> None:
+        counted.records += 1
+        if value is None:
+            counted.tombstones += 1
+        elif message.key() == marker_key:
+            counted.markers += 1
 
-    return process
+    return reader(count)
 
 
 BARE_OVERRIDES = {"fetch.queue.backoff.ms": "10"}
@@ -1089,6 +1057,19 @@ def measure_size(
     target = writer.target.tip
     partition = writer.partition
     live = writer.target.live_ids()
+    legacy_readers: dict[str, Callable[[], Processor]] = {
+        "bytes": read_bytes,
+        "decode": read_decode,
+        "apply": lambda: read_decode_apply(target),
+    }
+    # Both RLMMs are measured alike: they differ by class, configuration, and how the records
+    # below the end offset are counted (a compacted topic has offset gaps).
+    managers = {
+        "rlmm": partial(rlmm_ready, TopicBasedRemoteLogMetadataManager, configs),
+        "compacted": partial(
+            rlmm_ready, CompactedRemoteLogMetadataManager, compacted, count=topics.count
+        ),
+    }
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
     # Untimed: the first reader of new records would pay for what the broker does once.
     bare_read(config.topic_name, config.consumer, partition, read_bytes(), "warmup")
@@ -1097,15 +1078,10 @@ def measure_size(
     for r in range(repeat):
         for kind in KINDS:
             log(f"  pass {r + 1}/{repeat}: {kind} ...")
-            if kind == "rlmm":
-                run, listings[kind] = rlmm_ready(
-                    TopicBasedRemoteLogMetadataManager, configs, target, live
-                )
-            elif kind == "compacted":
-                run, listings[kind] = rlmm_ready(
-                    CompactedRemoteLogMetadataManager, compacted, target, live, topics.count
-                )
-                same_listing(listings["rlmm"], listings[kind])
+            if kind in managers:
+                run, listings[kind] = managers[kind](target, live)
+                if kind != "rlmm":  # the topic RLMM replayed every event: the reference
+                    same_listing(listings["rlmm"], listings[kind])
             elif kind == "compacted_bytes":
                 _, run = topics.count_projection()
             elif kind == "compacted_apply":
@@ -1117,13 +1093,7 @@ def measure_size(
                     kind,
                 )
             else:
-                processor = (
-                    read_bytes()
-                    if kind == "bytes"
-                    else read_decode()
-                    if kind == "decode"
-                    else read_decode_apply(target)
-                )
+                processor = legacy_readers[kind]()
                 run = bare_read(config.topic_name, config.consumer, partition, processor, kind)
                 if run["records"] != writer.records:
                     raise RuntimeError(f"{kind}: read {run['records']:,} of {writer.records:,}")
@@ -1131,13 +1101,20 @@ def measure_size(
             runs[kind].append(run)
     best = {kind: min(found, key=lambda run: float(run["seconds"])) for kind, found in runs.items()}
 
-    def peak(kind: str) -> int | None:
-        values = [run["rss_peak_delta"] for run in runs[kind] if run["rss_peak_delta"] is not None]
+    def passes(kind: str) -> dict[str, Any]:
+        """The best pass of ``kind``, with the seconds of every pass."""
+        return best[kind] | {"runs_s": [run["seconds"] for run in runs[kind]]}
+
+    def largest(kind: str, field: str) -> int | None:
+        values = [run[field] for run in runs[kind] if run[field] is not None]
         return max(values) if values else None
 
-    def kept(kind: str) -> int | None:
-        values = [run["rss_kept_delta"] for run in runs[kind] if run["rss_kept_delta"] is not None]
-        return max(values) if values else None
+    def manager_passes(kind: str) -> dict[str, Any]:
+        """``passes`` of an RLMM, with the largest RSS growth of its passes."""
+        return passes(kind) | {
+            "rss_peak_delta_max": largest(kind, "rss_peak_delta"),
+            "rss_kept_delta_max": largest(kind, "rss_kept_delta"),
+        }
 
     rate = {kind: float(best[kind]["records_per_s"]) for kind in KINDS}
     # CPU time of this process per record read (every thread, librdkafka's included), the
@@ -1159,27 +1136,14 @@ def measure_size(
         "projection_tombstones_written": (
             writer.projection.tombstones if writer.projection else None
         ),
-        "bare": {
-            kind: best[kind] | {"runs_s": [run["seconds"] for run in runs[kind]]}
-            for kind in LEGACY_BARE
-        },
-        "rlmm": best["rlmm"]
+        "bare": {kind: passes(kind) for kind in LEGACY_BARE},
+        "rlmm": manager_passes("rlmm"),
+        "compacted": manager_passes("compacted")
         | {
-            "runs_s": [run["seconds"] for run in runs["rlmm"]],
-            "rss_peak_delta_max": peak("rlmm"),
-            "rss_kept_delta_max": kept("rlmm"),
-        },
-        "compacted": best["compacted"]
-        | {
-            "runs_s": [run["seconds"] for run in runs["compacted"]],
-            "rss_peak_delta_max": peak("compacted"),
-            "rss_kept_delta_max": kept("compacted"),
             "records_per_live_segment": read / max(1, live_all),
             "records_per_target_live_segment": read / max(1, writer.target.live),
-            "bare": best["compacted_bytes"]
-            | {"runs_s": [run["seconds"] for run in runs["compacted_bytes"]]},
-            "bare_apply": best["compacted_apply"]
-            | {"runs_s": [run["seconds"] for run in runs["compacted_apply"]]},
+            "bare": passes("compacted_bytes"),
+            "bare_apply": passes("compacted_apply"),
         },
         "ratio": {
             "vs_bytes": rate["rlmm"] / rate["bytes"],
