@@ -98,6 +98,21 @@ def config_of(configs: Mapping[str, str]) -> CompactedRlmmConfig:
     return CompactedRlmmConfig.from_configs(configs)
 
 
+def ensure_existing(
+    admin: AdminClient,
+    caplog: pytest.LogCaptureFixture,
+    projection: str,
+    existing: Mapping[str, str],
+    config: CompactedRlmmConfig,
+) -> tuple[int, list[str]]:
+    """Create ``projection`` with the ``existing`` configs, then ``ensure_topics``: the level it
+    found the topic at, and what it logged at WARNING or above, sorted."""
+    create(admin, projection, existing)
+    with caplog.at_level(logging.WARNING, logger="tierlog_rlmm_compacted.topics"):
+        level = ensure_topics(admin, config)
+    return level, sorted(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+
+
 # Kafka readers ------------------------------------------------------------------------------------
 def test_the_session_broker_is_a_kafka_reader(kafka_admin: AdminClient) -> None:
     assert kafka_readers(kafka_admin, KAFKA_METADATA_TOPIC, TIMEOUT_S) == [1]
@@ -242,10 +257,9 @@ def test_an_existing_level_0_projection_is_used_as_it_is(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     projection, _ = topics
-    create(kafka_admin, projection, {"cleanup.policy": "delete", "retention.ms": "-1"})
-    with caplog.at_level(logging.WARNING, logger="tierlog_rlmm_compacted.topics"):
-        assert ensure_topics(kafka_admin, config_of(rlmm_configs())) == 0
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    existing = {"cleanup.policy": "delete", "retention.ms": "-1"}
+    config = config_of(rlmm_configs())
+    assert ensure_existing(kafka_admin, caplog, projection, existing, config) == (0, [])
     assert described(kafka_admin, projection)["cleanup.policy"] == "delete"
 
 
@@ -256,20 +270,15 @@ def test_an_existing_level_1_projection_reports_each_difference(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     projection, _ = topics
-    create(
-        kafka_admin,
-        projection,
-        {
-            "cleanup.policy": "compact",
-            "min.cleanable.dirty.ratio": "0.5",
-            "delete.retention.ms": "86400000",
-            "segment.ms": "7200000",
-        },
-    )
+    existing = {
+        "cleanup.policy": "compact",
+        "min.cleanable.dirty.ratio": "0.5",
+        "delete.retention.ms": "86400000",
+        "segment.ms": "7200000",
+    }
     config = config_of(rlmm_configs({TOPIC_CONFIG_PREFIX + "min.compaction.lag.ms": "5000"}))
-    with caplog.at_level(logging.WARNING, logger="tierlog_rlmm_compacted.topics"):
-        assert ensure_topics(kafka_admin, config) == 1
-    warnings = sorted(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    level, warnings = ensure_existing(kafka_admin, caplog, projection, existing, config)
+    assert level == 1
     assert len(warnings) == 3, warnings
     assert "min.cleanable.dirty.ratio=0.5 where the compaction default says 0.1" in warnings[0]
     assert (
@@ -289,13 +298,11 @@ def test_equal_values_written_differently_are_not_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     projection, _ = topics
-    create(kafka_admin, projection, {"cleanup.policy": "compact", "segment.ms": "3600000"})
+    existing = {"cleanup.policy": "compact", "segment.ms": "3600000"}
     config = config_of(rlmm_configs({TOPIC_CONFIG_PREFIX + "min.cleanable.dirty.ratio": "0.50"}))
-    create_ratio = described(kafka_admin, projection)["min.cleanable.dirty.ratio"]
-    assert create_ratio == "0.5"  # the broker's default, written "0.50" in the configuration
-    with caplog.at_level(logging.WARNING, logger="tierlog_rlmm_compacted.topics"):
-        ensure_topics(kafka_admin, config)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    _, warnings = ensure_existing(kafka_admin, caplog, projection, existing, config)
+    # The broker's default (ensure_topics changes no existing topic), written "0.50" above.
+    assert described(kafka_admin, projection)["min.cleanable.dirty.ratio"] == "0.5"
     assert not [w for w in warnings if "min.cleanable.dirty.ratio" in w]
     assert not [w for w in warnings if "segment.ms" in w]
 
