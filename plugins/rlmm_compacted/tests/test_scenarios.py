@@ -29,7 +29,7 @@ stamps its delete horizon, the next removes it).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -85,15 +85,6 @@ from tierlog.spi import (
 DAY_MS = 86_400_000
 FRESH_NODE_ID = 9
 LEGACY_NODE_ID = 8
-
-
-@pytest.fixture
-def opened() -> Iterator[list[RemoteLogMetadataManager]]:
-    """RLMMs opened by the test, closed at its end (last opened first)."""
-    made: list[RemoteLogMetadataManager] = []
-    yield made
-    for rlmm in reversed(made):
-        rlmm.close()
 
 
 def add(
