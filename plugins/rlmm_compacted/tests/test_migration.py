@@ -254,7 +254,7 @@ def test_topic_rlmm_history_migrates_and_compacts(
     ends = end_offsets(servers, topic), end_offsets(servers, audit)
     again = migrate_cli(*legacy.args)
     assert again.code == 0, again.err
-    assert "already migrated" in again.out.splitlines()
+    assert "already migrated" in again.out.splitlines(), again.out
     assert again.line("keyed values written:").startswith("keyed values written: 0 ")
     assert again.line("audit records copied:").startswith("audit records copied: 0")
     assert again.line("configs set:") == "configs set: none (the topic is compacted already)"
@@ -270,7 +270,7 @@ def test_rerun_before_compaction_writes_nothing(legacy: Legacy) -> None:
     ends = end_offsets(legacy.servers, legacy.topic), end_offsets(legacy.servers, legacy.audit)
     again = migrate_cli(*legacy.args)
     assert again.code == 0, again.err
-    assert "already migrated" in again.out.splitlines()
+    assert "already migrated" in again.out.splitlines(), again.out
     assert again.line("keyed values written:") == (
         "keyed values written: 0 (0 partition delete markers, 0 transactions)"
     )
@@ -647,6 +647,36 @@ def test_logical_state_diff_and_without() -> None:
     assert logical_state(plain, other) == PartitionState(other, True)
     assert diff(logical_state(plain, other), PartitionState(other, False)) == [
         "partition gone (deleted or unknown) vs present"
+    ]
+
+
+def test_a_reader_of_live_segments_may_forget_a_deleted_epochs_highest_offset() -> None:
+    """Epoch 0's finished segment was deleted; a failed upload of epoch 0 is left. The full
+    history remembers epoch 0's highest offset (99), a reader of keyed values describing live
+    segments cannot: ``diff(forgets=True)`` accepts unknown or lower there, never higher, and
+    never in an epoch with a finished segment."""
+    tip = TopicIdPartition(Uuid.random(), "t", 0)
+    gone, failed = segment(tip, 0, 99, {0: 0}), segment(tip, 100, 149, {0: 100})
+    kept = segment(tip, 150, 199, {1: 150})
+    deletion = [update_of(gone, s) for s in (FINISHED, DELETE_STARTED, DELETE_FINISHED)]
+    live = (failed, kept, update_of(kept, FINISHED))
+    full = logical_state(_store(tip, gone, *deletion, *live), tip)
+    keyed = logical_state(_store(tip, *live), tip)
+    assert diff(full, keyed) == ["leader epoch 0: highest offset 99 vs None"]
+    assert diff(full, keyed, forgets=True) == []
+    lower = _store(tip, *live)
+    lower.raise_highest_offset(tip, 0, 50)
+    assert diff(full, logical_state(lower, tip), forgets=True) == []
+    higher = _store(tip, *live)
+    higher.raise_highest_offset(tip, 0, 120)
+    assert diff(full, logical_state(higher, tip), forgets=True) == [
+        "leader epoch 0: highest offset 99 vs 120"
+    ]
+    # Epoch 1 has a finished segment: its highest offset must be the same.
+    bumped = _store(tip, *live)
+    bumped.raise_highest_offset(tip, 1, 250)
+    assert diff(keyed, logical_state(bumped, tip), forgets=True) == [
+        "leader epoch 1: highest offset 199 vs 250"
     ]
 
 

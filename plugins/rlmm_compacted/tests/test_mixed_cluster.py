@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -129,14 +129,6 @@ KAFKA_RLMM_CONSUMER_ISOLATION = "rlmm.config.remote.log.metadata.consumer.isolat
 ``rlmm.config.``, then Kafka's ``remote.log.metadata.consumer.`` prefix)."""
 QUICK_TASKS = {"log.retention.check.interval.ms": "1000", "log.initial.task.delay.ms": "0"}
 """Local copies deleted within a second of being tiered (``local.retention.bytes=1``)."""
-
-
-@pytest.fixture
-def opened() -> Iterator[list[RemoteLogMetadataManager]]:
-    made: list[RemoteLogMetadataManager] = []
-    yield made
-    for rlmm in reversed(made):
-        rlmm.close()
 
 
 def value_of(i: int) -> bytes:

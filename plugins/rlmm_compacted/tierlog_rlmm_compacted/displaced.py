@@ -133,12 +133,20 @@ class DisplacementTracker:
                     )
                 )
 
+    def finished_at(self, segment_id: RemoteLogSegmentId) -> int | None:
+        """Where the history last finished copying a segment still finished or being deleted
+        (None: it never finished, or its deletion finished)."""
+        return self._finished_at.get(segment_id)
+
     def needed(
         self, tip: TopicIdPartition, reference: RemotePartitionMetadataStore
     ) -> list[HistoryMarker]:
         """The remembered copies of ``tip`` that overlap, in one of their leader epochs, the
-        first offset there of a live finished copy that ``reference`` (initialized) serves
-        from no segment."""
+        first offset there of a live finished copy that ``reference`` (initialized) does not
+        serve from that copy: one a copy displaced. Served from no segment since, its offsets
+        need the deleted copy's history; served from a later copy, its listing may (Kafka's
+        cache keeps a copy dropped among the unreferenced ones listed, one a later copy
+        replaced at its start offset not)."""
         candidates = self._candidates.get(tip)
         if not candidates:
             return []
@@ -147,7 +155,8 @@ class DisplacementTracker:
             if segment.state is not S.COPY_SEGMENT_FINISHED:
                 continue
             for epoch, first, _ in _ranges(segment):
-                if reference.remote_log_segment_metadata(tip, epoch, first) is None:
+                served = reference.remote_log_segment_metadata(tip, epoch, first)
+                if served is None or served.remote_log_segment_id != segment.remote_log_segment_id:
                     insort(unserved.setdefault(epoch, []), first)
         if not unserved:
             return []

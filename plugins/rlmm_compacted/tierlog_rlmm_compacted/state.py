@@ -238,9 +238,14 @@ def _field_text(value: object) -> str:
     return repr(value)
 
 
-def diff(a: PartitionState, b: PartitionState) -> list[str]:
+def diff(a: PartitionState, b: PartitionState, *, forgets: bool = False) -> list[str]:
     """Each difference between ``a`` and ``b``, in words (empty when equal); ``a`` is named
-    first in each line."""
+    first in each line.
+
+    ``forgets``: ``b`` is a reader of keyed values describing live segments only (a migrated
+    or compacted topic), which cannot know the highest copied offset deleted segments gave an
+    epoch: in an epoch with no COPY_SEGMENT_FINISHED segment left, its highest offset may be
+    lower or unknown, never higher (the difference the compacted RLMM documents)."""
     out: list[str] = []
     if a.topic_id_partition != b.topic_id_partition:
         out.append(f"partition {a.topic_id_partition} vs {b.topic_id_partition}")
@@ -292,7 +297,9 @@ def diff(a: PartitionState, b: PartitionState) -> list[str]:
                 f"leader epoch {epoch}: listing {_listing_text(x_epoch.listing)} vs "
                 f"{_listing_text(y_epoch.listing)}"
             )
-        if x_epoch.highest_offset != y_epoch.highest_offset:
+        if x_epoch.highest_offset != y_epoch.highest_offset and not (
+            forgets and _forgotten(a, epoch, x_epoch.highest_offset, y_epoch.highest_offset)
+        ):
             out.append(
                 f"leader epoch {epoch}: highest offset {x_epoch.highest_offset} vs "
                 f"{y_epoch.highest_offset}"
@@ -307,3 +314,13 @@ def diff(a: PartitionState, b: PartitionState) -> list[str]:
                     f"{_served(served_x, offset)} vs {_served(served_y, offset)}"
                 )
     return out
+
+
+def _forgotten(state: PartitionState, epoch: int, full: int | None, keyed: int | None) -> bool:
+    """Whether ``keyed`` is a highest offset ``diff(forgets=True)`` accepts for ``full``: the
+    epoch has no finished segment in ``state`` and ``keyed`` is unknown or lower."""
+    finished = any(
+        s.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and epoch in s.segment_leader_epochs
+        for s in state.segments
+    )
+    return not finished and (keyed is None or (full is not None and keyed < full))
