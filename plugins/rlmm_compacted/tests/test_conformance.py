@@ -12,9 +12,9 @@ the state machine's model forgets the superseded one too (also when a superseded
 added again: it takes its key back).
 
 The suite's state machine (50 random runs of 30 steps by default) is the longest test of the
-plugin's suite (~5 min on the real broker: every run restarts the node many times, and each
-restart initializes a transactional producer). It runs here as two tests of 25 runs each, each
-drawing its own random examples (``test_state_machine`` and ``test_state_machine_again``): the
+plugin's suite (~5 min on the real broker: a run restarts the node many times, and every node
+initializes its transactional producer). It runs here as two tests of 25 runs each, each
+drawing random examples of its own (``test_state_machine``, ``test_state_machine_again``): the
 same 50 runs, which two xdist workers can share instead of one worker spending 5 min on them.
 """
 
