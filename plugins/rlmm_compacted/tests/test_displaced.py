@@ -62,14 +62,17 @@ def scan(
     return s, planned, report
 
 
-def served(s: _Scan, tip: TopicIdPartition, offset: int) -> RemoteLogSegmentMetadata | None:
+def served(
+    s: _Scan, tip: TopicIdPartition, offset: int, epoch: int = 0
+) -> RemoteLogSegmentMetadata | None:
+    """What a reader of the planned keyed values alone serves."""
     reader, _ = s.compacted()
-    return reader.store.remote_log_segment_metadata(tip, 0, offset)
+    return reader.store.remote_log_segment_metadata(tip, epoch, offset)
 
 
-def listed(s: _Scan, tip: TopicIdPartition) -> list[object]:
+def listed(s: _Scan, tip: TopicIdPartition, epoch: int = 0) -> list[object]:
     reader, _ = s.compacted()
-    return [m.remote_log_segment_id for m in reader.store.list_remote_log_segments(tip, 0)]
+    return [m.remote_log_segment_id for m in reader.store.list_remote_log_segments(tip, epoch)]
 
 
 def test_a_duplicate_deleted_first_is_written_as_a_marker() -> None:
@@ -111,6 +114,28 @@ def test_a_marker_replaces_as_the_history_did_once_the_epoch_had_copied_past() -
     assert served(s, tip, 0) is None
     assert served(s, tip, 150) is not None
     assert listed(s, tip) == [second.remote_log_segment_id]
+
+
+def test_a_marker_keeps_a_copy_listed_that_a_later_copy_serves() -> None:
+    """Z's cleaned copy Q dropped Z among epoch 4's unreferenced segments (still listed), then
+    was deleted; after a later segment, another cleaned copy J took Z's offsets (the epoch had
+    copied past them: Kafka's ``put``, which alone would have unlisted Z). Z's offsets are
+    served, but its listing needs Q's history: written as a marker, and one the cleanup
+    manager keeps (its replay comes before J's FINISHED, which takes the range back)."""
+    tip = new_partition("relisted")
+    z = segment(tip, 555, 629, {4: 555})
+    q = segment(tip, 555, 629, {4: 555}, cleaner_offsets={4: 629})
+    n = segment(tip, 630, 715, {4: 630})
+    j = segment(tip, 555, 629, {4: 555}, cleaner_offsets={4: 629})
+    history = [*finished(z), *finished(q), *deleted(q), *finished(n), *finished(j)]
+    s, _, report = scan(tip, history)
+    assert report.failures == {}
+    assert s.history_markers == 1
+    reader, _ = s.compacted()
+    assert reader.orphan_keys(tip) == []
+    serving = served(s, tip, 555, epoch=4)
+    assert serving is not None and serving.remote_log_segment_id == j.remote_log_segment_id
+    assert z.remote_log_segment_id in listed(s, tip, epoch=4)
 
 
 def test_no_marker_once_the_displaced_copy_is_deleted_or_without_duplicates() -> None:

@@ -849,6 +849,27 @@ def test_invalid_transitions_are_dropped_by_every_reader(
         assert live.segments == ()
 
 
+def test_a_bare_update_is_not_applied_where_compaction_made_it_valid() -> None:
+    """Level 0: Z and its duplicate C finish (C serves), Z's deletion starts under another key
+    (its FINISHED stays where it was: C displaced it), a confused writer publishes Z's
+    COPY_SEGMENT_FINISHED again (invalid: a bare record), and Z's deletion finishes over its
+    DELETE_SEGMENT_STARTED. In the compacted topic the bare record stands after Z's FINISHED
+    and before anything saying Z's deletion started: applied there it would be valid and route
+    Z's offsets to Z again (then to nothing once Z is deleted). No reader applies it."""
+    node = Node([TIP])
+    z, c = seg(1, 367, {2: 351}, 2, start=351), seg(2, 367, {2: 351}, 3, start=351)
+    for segment, epoch in ((z, 2), (c, 3)):
+        node.write(segment)
+        node.write(upd(segment, S.COPY_SEGMENT_FINISHED, epoch))
+    assert served(node.applier.store, 2, 351) == 2
+    node.write(upd(z, S.DELETE_SEGMENT_STARTED, 4))
+    bare = node.write(upd(z, S.COPY_SEGMENT_FINISHED, 1))
+    assert decode_value(bare.value).add_record is None
+    node.write(upd(z, S.DELETE_SEGMENT_FINISHED, 4))
+    assert ids(assert_readers_agree(node)) == {2}
+    assert served(replay(compact(node.log.records), [TIP]).store, 2, 351) == 2
+
+
 def test_writes_that_are_refused() -> None:
     node = Node([TIP])
     applier = node.applier

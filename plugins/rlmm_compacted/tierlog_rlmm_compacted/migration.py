@@ -37,10 +37,11 @@ client configuration, timeouts, stalls), reading committed records only:
    a topic already at level 1, the compacted RLMM's way: a legacy replay of a compacted topic
    means nothing) against the state a reader gets from the keyed records alone after
    compaction (latest value per key, null keys dropped, tombstones removed), compared with
-   ``state.logical_state``. The only difference allowed is a COPY_SEGMENT_STARTED upload
-   superseded under its key (seed scenario 3). Any other (a legacy writer still writing, for
-   instance) fails the migration, naming the partitions and the differences; nothing is
-   switched.
+   ``state.logical_state``, and again once the cleanup manager's first pass tombstoned the
+   orphan keys. The differences allowed: a COPY_SEGMENT_STARTED upload superseded under its key
+   (seed scenario 3), and the highest offset of an epoch with no finished segment left
+   (``diff(forgets=True)``). Any other (a legacy writer still writing, for instance) fails the
+   migration, naming the partitions and the differences; nothing is switched.
 4. **Switch.** ``topics.enable_compaction`` sets level 1 (the compaction defaults under
    ``--topic-config`` overrides), unless ``--dry-run``.
 
@@ -64,7 +65,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
@@ -393,27 +394,38 @@ class _Scan:
         return planned
 
     # Checking ----------------------------------------------------------------------------------
-    def compacted(self) -> tuple[ProjectionApplier, dict[TopicIdPartition, PartitionState]]:
-        """A fresh reader of the keyed records alone, as compaction leaves them."""
+    def compacted(
+        self, *, tombstoned: Collection[bytes] = ()
+    ) -> tuple[ProjectionApplier, dict[TopicIdPartition, PartitionState]]:
+        """A fresh reader of the keyed records alone, as compaction leaves them (without the
+        ``tombstoned`` keys: once the cleanup manager tombstoned them)."""
         reader = ProjectionApplier(RemotePartitionMetadataStore())
         for tip in self.tips:
             reader.load(tip)
         for key, value in self.latest.items():
-            if value is not None:
+            if value is not None and key not in tombstoned:
                 reader.apply(reader.decode(key, value))
         for tip in self.tips:
             reader.mark_initialized(tip)
         return reader, {tip: logical_state(reader.store, tip) for tip in self.tips}
 
     def check(self, report: MigrationReport) -> None:
-        """Compare the reference with the compacted reader; differences into ``report``."""
+        """Compare the reference with the compacted reader, and with the reader once the
+        cleanup manager's first pass at level 1 tombstoned the orphan keys (a displacement
+        marker it would drop must not be needed); differences into ``report``."""
         reference = self.reference()
         reader, compacted = self.compacted()
+        orphans = {k.encode() for tip in self.tips for k in reader.orphan_keys(tip)}
+        cleaned = self.compacted(tombstoned=orphans)[1] if orphans else compacted
         for tip, expected in reference.items():
             got = compacted[tip]
             superseded = _superseded(expected, got, reader.keys(tip))
             report.superseded += len(superseded)
-            differences = diff(expected.without(superseded), got, forgets=self.legacy is not None)
+            want = expected.without(superseded)
+            differences = diff(want, got, forgets=self.legacy is not None) or [
+                f"once the cleanup manager tombstoned the orphan keys: {line}"
+                for line in diff(want, cleaned[tip], forgets=True)
+            ]
             if differences:
                 report.failures[tip] = differences + self._orphaned_copies(tip, expected)
 

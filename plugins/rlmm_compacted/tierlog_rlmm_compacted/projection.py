@@ -25,7 +25,11 @@ Applying a record (``apply``):
   holds (same state, broker, time and custom metadata) changes nothing: it is not applied again
   (re-applying COPY_SEGMENT_FINISHED would re-route the segment's offsets to it).
 - **a bare keyed update** (no ``SegmentAddRecord``: the record of an invalid transition, see
-  below): applied as a legacy record; its key describes no segment.
+  below): not applied. Every reader of the whole history drops it (Kafka's cache does, and the
+  writer published it because its cache would); in a compacted topic it stands before records
+  of its segment that compaction removed, where it could be valid (a COPY_SEGMENT_FINISHED of a
+  segment whose DELETE_SEGMENT_STARTED is no longer there would route the segment's offsets to
+  it again). Its key describes no segment.
 - **a keyed partition delete**: applied as the legacy store does (DELETE_PARTITION_FINISHED drops
   the partition); its key is the partition's delete marker.
 - **a value overwriting a key that described another segment**: that segment has lost a key. If
@@ -107,8 +111,9 @@ Writing (``plan_write``):
   deleted or routed again, the marker goes: with the next deletion at E (then under any epoch:
   a cleaned copy's key may be above the deleting leader's), else as an orphan of the cleanup
   manager (a copy of another end offset). When no key holds S's FINISHED any more (a legacy
-  history), the deletion's value alone is the marker, replayed at its own position, and kept
-  only if that late replay takes no range from a copy the cache routes.
+  history, or a migration's marker: ``plan_history_marker``), the deletion's value alone is
+  the marker, replayed at its own position, and kept only if that replay takes no range from a
+  copy the cache routes that a reader finishes before it.
 
 Cost: the keys are indexed by end offset (and the end offsets kept sorted), so a deletion looks
 at the keys of its end offset and of the offsets its segment covers (the next end offset or so),
@@ -464,8 +469,10 @@ class ProjectionApplier:
                 self._apply_event(tip, part, event, value.highest_offsets)
             if event.state is S.DELETE_SEGMENT_STARTED and not value.copy_finished:
                 part.finished.discard(segment_id)
-        else:
+        elif not bare:
             self._apply_event(tip, part, event)
+        else:
+            _LOG.debug("not applying the bare update under %s (an invalid transition)", key)
         part.put(key, KeyEntry(segment_id, event.state))
         if not bare:
             part.refs.setdefault(segment_id, set()).add(key)
@@ -1042,10 +1049,10 @@ class ProjectionApplier:
         segment or nothing) and this segment displaced it: its FINISHED is the first a reader
         applies after the copy's, among the segments starting where the copy starts in that
         epoch. ``single``: the segment's FINISHED is applied from its deletion's value (no key
-        holds it any more): never needed when that late replay would take a range from a copy
-        the cache routes (``_replay_safe``)."""
+        holds it any more): never needed when that replay would take a range from a copy the
+        cache routes that a reader finishes before it (``_replay_safe``)."""
         try:
-            if single and not self._replay_safe(tip, part, span):
+            if single and not self._replay_safe(tip, part, span, at=min(finish)):
                 return False
             ranges = span.ranges()
             for copy in self._live_near(tip, part, span.start, span.end, but=segment_id):
@@ -1099,29 +1106,32 @@ class ProjectionApplier:
             positions = self._finish_positions(part, dead_id)
             if any(low < p < high for p in positions) and (
                 any(part.keys[k].state is _FINISHED for k in part.refs[dead_id])
-                or self._replay_safe(tip, part, span)
+                or self._replay_safe(tip, part, span, at=part.positions[key])
             ):
                 return True
         return False
 
-    def _replay_safe(self, tip: TopicIdPartition, part: _Partition, span: _Span) -> bool:
-        """Whether replaying the segment of ``span`` (added, finished, deleted) now takes no
-        range from a copy the cache routes: Kafka's cache replaces the segment mapped at the
-        start offset of each of its epochs, and drops the later ones of the epoch when it
-        reaches the epoch's highest offset."""
+    def _replay_safe(
+        self, tip: TopicIdPartition, part: _Partition, span: _Span, *, at: int
+    ) -> bool:
+        """Whether replaying the segment of ``span`` (added, finished, deleted) at position
+        ``at`` takes no range from a copy the cache routes: Kafka's cache replaces the segment
+        mapped at the start offset of each of its epochs, and drops the later ones of the epoch
+        when it reaches the epoch's highest offset. A copy a reader finishes after ``at`` takes
+        its range back whatever the replay did (the replayed segment is gone by then)."""
         ranges = span.ranges()
         for copy in self._live_near(tip, part, span.start, span.end):
             if copy.state is not _FINISHED:
+                continue
+            copy_id = copy.remote_log_segment_id
+            if max(self._finish_positions(part, copy_id), default=-1) > at:
                 continue
             for epoch, (start, _) in _segment_ranges(copy).items():
                 theirs = ranges.get(epoch)
                 if theirs is None or not theirs[0] <= start <= theirs[1]:
                     continue
                 served = self.store.remote_log_segment_metadata(tip, epoch, start)
-                if (
-                    served is not None
-                    and served.remote_log_segment_id == copy.remote_log_segment_id
-                ):
+                if served is not None and served.remote_log_segment_id == copy_id:
                     return False
         return True
 
