@@ -35,12 +35,24 @@ __all__ = [
     "kafka_factory",
     "nodes",
     "opened",
+    "pytest_collection_modifyitems",
     "rlmm_configs",
     "rlmm_factory",
     "topic_name",
 ]
 
 Configs = Callable[..., dict[str, str]]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first (marked ``slow``, and the conformance state machines), each group
+    in its collected order: xdist hands tests out in that order, and long ones collected last
+    kept one worker busy for minutes after the other ran out of work."""
+
+    def short(item: pytest.Item) -> bool:
+        return item.get_closest_marker("slow") is None and "state_machine" not in item.name
+
+    items.sort(key=short)
 
 
 @pytest.fixture(scope="session")

@@ -80,6 +80,8 @@ _IDLE_WAIT_S: Final = 0.5
 """How long the idle writer waits for a write before it serves librdkafka's log lines."""
 _ATTEMPT_S: Final = 10.0
 """Longest single ``init_transactions``/``commit_transaction``/``abort_transaction`` call."""
+_CONNECT_S: Final = 5.0
+"""How long a producer waits for broker metadata before its first ``init_transactions``."""
 _QUEUE_FULL_WAIT_S: Final = 30.0
 """How long a produce waits for room in librdkafka's queue before the transaction is retried."""
 
@@ -305,6 +307,13 @@ class TransactionalMetadataProducer:
     def _init_transactions(self, timeout_s: float) -> None:
         deadline = self._monotonic() + timeout_s
         attempts = 0
+        # A metadata request first: it waits for a broker connection. librdkafka looks for the
+        # transaction coordinator at once, and with no broker connected yet retries only on a
+        # 500 ms timer (measured: a quarter of the node starts took ~515 ms instead of ~65 ms).
+        try:
+            self._producer.list_topics(timeout=max(0.5, min(_CONNECT_S, timeout_s)))
+        except KafkaException as exc:  # init_transactions reports what is wrong, retried
+            _LOG.debug("no broker metadata before init_transactions: %s", exc)
         while True:
             attempts += 1
             remaining = deadline - self._monotonic()
