@@ -84,6 +84,8 @@ from tierlog.conformance.rlmm_suite import (
     DELETE_STARTED,
     FINISHED,
     STARTED,
+    RemoteLogMetadataManagerCapabilities,
+    RemoteLogMetadataManagerHarness,
     new_partition,
     segment,
     update_of,
@@ -749,6 +751,20 @@ class RlmmConformance(RemoteLogMetadataManagerSuite):
 
     ready_timeout_s = 90.0
     write_timeout_s = 90.0
+    state_machine_max_examples = 25
+    """Half the suite's default (50) per test: the state machine (50 random runs of 30 steps,
+    the longest test of a plugin's suite: a run restarts the node many times) runs as
+    ``test_state_machine`` and ``test_state_machine_again``, 25 runs each drawing examples of
+    its own, which two xdist workers share instead of one worker spending minutes on them."""
+
+    def test_state_machine_again(
+        self,
+        rlmm_factory: Callable[[], RemoteLogMetadataManagerHarness],
+        rlmm_capabilities: RemoteLogMetadataManagerCapabilities,
+    ) -> None:
+        """The suite's ``test_state_machine`` once more, on topics of its own and with random
+        examples of its own: the second half of the suite's 50 runs."""
+        self.test_state_machine(rlmm_factory, rlmm_capabilities)
 
     @pytest.fixture
     def rlmm_config(
