@@ -30,6 +30,7 @@ from tierlog.spi import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tierlog_rlmm_compacted.values import segment_epoch_ranges
 
 __all__ = ["DisplacementTracker", "HistoryMarker"]
 
@@ -46,15 +47,6 @@ class HistoryMarker:
     deletion: RemoteLogSegmentMetadataUpdate
     finished_at: int
     highest: tuple[tuple[int, int], ...]
-
-
-def _ranges(segment: RemoteLogSegmentMetadata) -> list[tuple[int, int, int]]:
-    """(leader epoch, first offset, last offset) of each of the segment's epochs."""
-    epochs = sorted(segment.segment_leader_epochs.items())
-    return [
-        (epoch, start, epochs[i + 1][1] - 1 if i + 1 < len(epochs) else segment.end_offset)
-        for i, (epoch, start) in enumerate(epochs)
-    ]
 
 
 @dataclass
@@ -122,7 +114,7 @@ class DisplacementTracker:
             at_finish = self._highest.pop(segment_id, ())
             if finished_at is not None and any(
                 self._epoch(tip, epoch).any_within(first, last)
-                for epoch, first, last in _ranges(current)
+                for epoch, (first, last) in segment_epoch_ranges(current).items()
             ):
                 self._candidates.setdefault(tip, []).append(
                     HistoryMarker(
@@ -154,7 +146,7 @@ class DisplacementTracker:
         for segment in reference.list_remote_log_segments(tip):
             if segment.state is not S.COPY_SEGMENT_FINISHED:
                 continue
-            for epoch, first, _ in _ranges(segment):
+            for epoch, (first, _) in segment_epoch_ranges(segment).items():
                 served = reference.remote_log_segment_metadata(tip, epoch, first)
                 if served is None or served.remote_log_segment_id != segment.remote_log_segment_id:
                     insort(unserved.setdefault(epoch, []), first)
@@ -165,7 +157,7 @@ class DisplacementTracker:
             for marker in candidates
             if any(
                 bisect_right(starts, last) > bisect_left(starts, first)
-                for epoch, first, last in _ranges(marker.segment)
+                for epoch, (first, last) in segment_epoch_ranges(marker.segment).items()
                 if (starts := unserved.get(epoch))
             )
         ]
@@ -179,7 +171,7 @@ class DisplacementTracker:
     def _index(
         self, tip: TopicIdPartition, segment: RemoteLogSegmentMetadata, *, add: bool
     ) -> None:
-        for epoch, first, _ in _ranges(segment):
+        for epoch, (first, _) in segment_epoch_ranges(segment).items():
             state = self._epoch(tip, epoch)
             if add:
                 state.add(first, segment.remote_log_segment_id)

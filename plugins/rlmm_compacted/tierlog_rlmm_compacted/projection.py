@@ -152,7 +152,13 @@ from tierlog.spi import (
     Uuid,
 )
 from tierlog_rlmm_compacted.keys import MetadataKey
-from tierlog_rlmm_compacted.values import ProjectionValue, decode_value, encode_value
+from tierlog_rlmm_compacted.values import (
+    ProjectionValue,
+    decode_value,
+    encode_value,
+    epoch_ranges,
+    segment_epoch_ranges,
+)
 
 __all__ = ["KeyEntry", "PlannedWrite", "ProjectionApplier"]
 
@@ -226,7 +232,7 @@ class _Span:
         )
 
     def ranges(self) -> dict[int, tuple[int, int]]:
-        return _ranges(self.epochs, self.end)
+        return epoch_ranges(self.epochs, self.end)
 
 
 @dataclass(slots=True)
@@ -291,18 +297,6 @@ class _Partition:
 
 def _epoch_of(metadata: RemoteLogSegmentMetadata) -> int:
     return max(metadata.segment_leader_epochs)
-
-
-def _ranges(epochs: Sequence[tuple[int, int]], end: int) -> dict[int, tuple[int, int]]:
-    """Each leader epoch's first and last offset in a segment (``epochs`` ascending)."""
-    return {
-        epoch: (start, epochs[i + 1][1] - 1 if i + 1 < len(epochs) else end)
-        for i, (epoch, start) in enumerate(epochs)
-    }
-
-
-def _segment_ranges(segment: RemoteLogSegmentMetadata) -> dict[int, tuple[int, int]]:
-    return _ranges(sorted(segment.segment_leader_epochs.items()), segment.end_offset)
 
 
 def _key_order(key: MetadataKey) -> int:
@@ -438,7 +432,7 @@ class ProjectionApplier:
         """The segment's leader epochs whose highest copied offset is past the segment's last
         offset in them, with that offset: what ``EpochHighestOffsets`` says."""
         past = []
-        for epoch, (_, last) in sorted(_segment_ranges(segment).items()):
+        for epoch, (_, last) in sorted(segment_epoch_ranges(segment).items()):
             highest = self.store.peek_highest_offset(tip, epoch)
             if highest is not None and highest > last:
                 past.append((epoch, highest))
@@ -852,7 +846,7 @@ class ProjectionApplier:
         if always:
             return key
         try:
-            for epoch, (start, end) in _segment_ranges(segment).items():
+            for epoch, (start, end) in segment_epoch_ranges(segment).items():
                 for offset in (start, end):
                     served = self.store.remote_log_segment_metadata(tip, epoch, offset)
                     if served is not None and served.remote_log_segment_id != segment_id:
@@ -1063,7 +1057,7 @@ class ProjectionApplier:
                 mine = [p for p in finish if p > after]
                 if not mine:
                     continue  # it finished after the segment: the segment did not displace it
-                for epoch, (start, last) in _segment_ranges(copy).items():
+                for epoch, (start, last) in segment_epoch_ranges(copy).items():
                     theirs = ranges.get(epoch)
                     if theirs is None or last < theirs[0] or start > theirs[1]:
                         continue
@@ -1094,7 +1088,7 @@ class ProjectionApplier:
             other_id = other.remote_log_segment_id
             if (
                 other_id != copy_id
-                and _segment_ranges(other).get(epoch, (None,))[0] == start
+                and segment_epoch_ranges(other).get(epoch, (None,))[0] == start
                 and any(low < p < high for p in self._finish_positions(part, other_id))
             ):
                 return True
@@ -1126,7 +1120,7 @@ class ProjectionApplier:
             copy_id = copy.remote_log_segment_id
             if max(self._finish_positions(part, copy_id), default=-1) > at:
                 continue
-            for epoch, (start, _) in _segment_ranges(copy).items():
+            for epoch, (start, _) in segment_epoch_ranges(copy).items():
                 theirs = ranges.get(epoch)
                 if theirs is None or not theirs[0] <= start <= theirs[1]:
                     continue

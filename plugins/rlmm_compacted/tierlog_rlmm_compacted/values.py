@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -76,6 +76,8 @@ __all__ = [
     "ProjectionValue",
     "decode_value",
     "encode_value",
+    "epoch_ranges",
+    "segment_epoch_ranges",
 ]
 
 BROKER_LEADER_EPOCH_TAG: Final = 20033
@@ -231,6 +233,20 @@ def _unpack_highest(data: bytes) -> tuple[tuple[int, int], ...]:
     )
 
 
+def epoch_ranges(epochs: Sequence[tuple[int, int]], end: int) -> dict[int, tuple[int, int]]:
+    """Each leader epoch's first and last offset in a segment ending at ``end``: ``epochs``
+    are (leader epoch, its first offset), ascending."""
+    return {
+        epoch: (start, epochs[i + 1][1] - 1 if i + 1 < len(epochs) else end)
+        for i, (epoch, start) in enumerate(epochs)
+    }
+
+
+def segment_epoch_ranges(segment: RemoteLogSegmentMetadata) -> dict[int, tuple[int, int]]:
+    """``epoch_ranges`` of a segment, epochs ascending."""
+    return epoch_ranges(sorted(segment.segment_leader_epochs.items()), segment.end_offset)
+
+
 def _check_highest(
     entries: tuple[tuple[int, int], ...],
     add: RemoteLogSegmentMetadata,
@@ -244,11 +260,7 @@ def _check_highest(
         raise _tag_error(
             tag, f"is set on an update to {update.state} of a segment that did not finish copying"
         )
-    epochs = sorted(add.segment_leader_epochs.items())
-    last = {
-        epoch: epochs[i + 1][1] - 1 if i + 1 < len(epochs) else add.end_offset
-        for i, (epoch, _) in enumerate(epochs)
-    }
+    last = {epoch: end for epoch, (_, end) in segment_epoch_ranges(add).items()}
     previous = -1
     for epoch, offset in entries:
         if epoch <= previous:
