@@ -14,7 +14,7 @@ from _history import random_history
 from hypothesis import strategies as st
 from tierlog_rlmm_compacted.displaced import DisplacementTracker
 from tierlog_rlmm_compacted.migration import MigrationReport, _Scan
-from tierlog_rlmm_compacted.projection import PlannedWrite
+from tierlog_rlmm_compacted.projection import PlannedWrite, ProjectionApplier
 from tierlog_rlmm_compacted.values import decode_value
 
 from tierlog.conformance.rlmm_suite import (
@@ -25,9 +25,15 @@ from tierlog.conformance.rlmm_suite import (
     segment,
     update_of,
 )
-from tierlog.metadata import metadata_partition, serde
+from tierlog.metadata import RemotePartitionMetadataStore, metadata_partition, serde
 from tierlog.metadata.topic_reader import TopicRecord
-from tierlog.spi import RemoteLogMetadata, RemoteLogSegmentMetadata, TopicIdPartition
+from tierlog.spi import (
+    IllegalStateError,
+    InvalidArgumentError,
+    RemoteLogMetadata,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+)
 
 COUNT = 3
 TOPIC = "__remote_log_metadata"
@@ -191,3 +197,20 @@ def test_random_legacy_histories_migrate(seed: int, clean: bool, invalid: bool) 
     finally:
         logging.disable(logging.NOTSET)
     assert report.failures == {}
+
+
+def test_a_history_marker_needs_its_own_deletion_on_a_loaded_partition() -> None:
+    tip = new_partition("refused")
+    applier = ProjectionApplier(RemotePartitionMetadataStore())
+    first, other = segment(tip, 0, 99, {0: 0}), segment(tip, 0, 99, {0: 0})
+    with pytest.raises(IllegalStateError, match="not loaded"):
+        applier.plan_history_marker(first, update_of(first, DELETE_FINISHED), ())
+    applier.load(tip)
+    with pytest.raises(InvalidArgumentError, match="needs its DELETE_SEGMENT_FINISHED"):
+        applier.plan_history_marker(first, update_of(other, DELETE_FINISHED), ())
+    with pytest.raises(InvalidArgumentError, match="not DELETE_SEGMENT_STARTED"):
+        applier.plan_history_marker(first, update_of(first, DELETE_STARTED), ())
+    planned = applier.plan_history_marker(first, update_of(first, DELETE_FINISHED), ((0, 150),))
+    value = decode_value(planned.value)
+    assert value.copy_finished and value.highest_offsets == ((0, 150),)
+    assert value.add_record is not None and value.add_record.state is not DELETE_FINISHED
