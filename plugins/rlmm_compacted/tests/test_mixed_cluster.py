@@ -137,8 +137,16 @@ def value_of(i: int) -> bytes:
 
 def produce(servers: str, topic: str, numbers: range) -> None:
     # Small batches: a batch never spans two segments, so a larger one would not roll them.
+    # Idempotent: the records land in the order produced (without it a batch retried after a
+    # new topic's first NOT_LEADER error can land after the next one: record 17 at offset 0).
     producer = Producer(
-        {"bootstrap.servers": servers, "linger.ms": 5, "batch.size": 4096, "acks": "all"}
+        {
+            "bootstrap.servers": servers,
+            "linger.ms": 5,
+            "batch.size": 4096,
+            "acks": "all",
+            "enable.idempotence": True,
+        }
     )
     for i in numbers:
         producer.produce(topic, value_of(i), partition=0)

@@ -85,8 +85,9 @@ def end_offsets(servers: str, topic: str) -> list[int]:
 
 
 def produce_raw(servers: str, topic: str, partition: int, values: list[bytes | None]) -> None:
-    """Write records as another writer would (not through the plugin)."""
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20})
+    """Write records as another writer would (not through the plugin), in order (idempotent:
+    no retried batch lands after a later one)."""
+    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20, "enable.idempotence": True})
     errors: list[KafkaError] = []
 
     def delivered(error: KafkaError | None, _: object) -> None:
