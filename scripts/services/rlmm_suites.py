@@ -41,8 +41,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
-from tierlog_rlmm_topic import BOOTSTRAP_SERVERS_ENV
+from tierlog_rlmm_topic import BOOTSTRAP_SERVERS_ENV, ConsumeTimeoutError
+from tierlog_rlmm_topic.config import CONSUME_STALL_TIMEOUT_MS, CONSUME_WAIT_MS
 
 from services._common import Service
 from services.kafka import KafkaCluster, restart_kafka, start_again, stop_kafka
@@ -90,6 +92,7 @@ from tierlog.conformance.rlmm_suite import (
     segment,
     update_of,
 )
+from tierlog.metadata import metadata_partition
 from tierlog.spi import (
     ConfigError,
     IllegalStateError,
@@ -567,6 +570,48 @@ class RlmmManagerSuite:
             lambda: late in list(reader.list_remote_log_segments(tips[0])),
             "the second node reading a later write",
         )
+
+    @pytest.mark.parametrize("check", [True, False], ids=["restarted", "check-off"])
+    def test_a_stalled_fetch_is_restarted(
+        self, rlmm_factory: Factory, caplog: pytest.LogCaptureFixture, check: bool
+    ) -> None:
+        """librdkafka can leave an assigned partition's fetcher idle after a broker restart,
+        with no error (librdkafka #5153; it failed writes in CI): seen from the consumer task,
+        a waited-for metadata partition reads nothing although the broker has records past its
+        position. Simulated by pausing the partition behind the task's back. With the check
+        (1 s here) the write completes all the same, after one restart of the partition's
+        fetch, logged; with the check off it times out, naming where the consumer stood."""
+        rlmm = rlmm_factory(
+            {
+                CONSUME_STALL_TIMEOUT_MS: "1000" if check else "0",
+                CONSUME_WAIT_MS: str(int(DEADLINE_S * 1000)) if check else "3000",
+            }
+        )
+        tip = new_partition("stall")
+        assign(rlmm, [tip])
+        done(rlmm.add_remote_log_segment_metadata(segment(tip, 0, 99, {0: 0})))
+        task = rlmm.consumer_task
+        config = rlmm.config
+        partition = metadata_partition(tip, config.num_partitions)
+        # The task's own client: nothing else can make its fetcher idle.
+        task._consumer.pause([KafkaTopicPartition(config.topic_name, partition)])
+        later = segment(tip, 100, 199, {0: 100})
+        with caplog.at_level(logging.WARNING, logger="tierlog_rlmm_topic.consumer"):
+            future = rlmm.add_remote_log_segment_metadata(later)
+            if not check:
+                where = r"it had read up to offset \d+ there"
+                with pytest.raises(ConsumeTimeoutError, match=where):
+                    done(future)
+                assert task.fetch_restarts == 0
+                return
+            done(future)
+        assert later in list(rlmm.list_remote_log_segments(tip))
+        assert task.fetch_restarts == 1
+        restarted = [r.getMessage() for r in caplog.records if "restarting" in r.getMessage()]
+        assert len(restarted) == 1 and f"partition {partition}:" in restarted[0], restarted
+        # It reads on from there: the next write needs no restart.
+        done(rlmm.add_remote_log_segment_metadata(segment(tip, 200, 299, {0: 200})))
+        assert task.fetch_restarts == 1
 
     def test_unassigned_lookups_and_lifecycle_errors(
         self, rlmm_plugin: PluginUnderTest, rlmm_factory: Factory

@@ -10,9 +10,11 @@ Kafka's ``TopicBasedRemoteLogMetadataManagerConfig``). ``node.id`` (or the depre
 ``broker.id``) is required, as in Kafka: it names the clients. ``log.dir`` and ``cluster.id``,
 which the RemoteLogManager adds, are accepted.
 
-One key is tierlog's own: ``remote.log.metadata.topic.name`` (default
-``__remote_log_metadata``). Kafka hard-codes the name; tierlog lets tests and side-by-side
-deployments use another topic, and the compacted RLMM reuses the key.
+Two keys are tierlog's own: ``remote.log.metadata.topic.name`` (default
+``__remote_log_metadata``; Kafka hard-codes the name, tierlog lets tests and side-by-side
+deployments use another topic, and the compacted RLMM reuses the key), and
+``remote.log.metadata.consume.stall.timeout.ms`` (default 30 s: when the consumer task
+restarts the fetch of a metadata partition that stopped advancing; see ``consumer``).
 
 The client properties are Java client keys; ``clients.translate`` turns them into librdkafka's,
 and the settings TBRLMM forces are applied on top (``acks=all`` and idempotence for the
@@ -40,6 +42,7 @@ __all__ = [
     "COMMON_CLIENT_PREFIX",
     "CONFIG_KEYS",
     "CONSUMER_PREFIX",
+    "CONSUME_STALL_TIMEOUT_MS",
     "CONSUME_WAIT_MS",
     "DEFAULT_TOPIC_NAME",
     "INIT_RETRY_INTERVAL_MS",
@@ -62,6 +65,7 @@ REPLICATION_FACTOR: Final = "remote.log.metadata.topic.replication.factor"
 RETENTION_MS: Final = "remote.log.metadata.topic.retention.ms"
 MIN_ISR: Final = "remote.log.metadata.topic.min.isr"
 CONSUME_WAIT_MS: Final = "remote.log.metadata.consume.wait.ms"
+CONSUME_STALL_TIMEOUT_MS: Final = "remote.log.metadata.consume.stall.timeout.ms"
 INIT_RETRY_MAX_TIMEOUT_MS: Final = "remote.log.metadata.initialization.retry.max.timeout.ms"
 INIT_RETRY_INTERVAL_MS: Final = "remote.log.metadata.initialization.retry.interval.ms"
 TOPIC_NAME: Final = "remote.log.metadata.topic.name"
@@ -116,6 +120,17 @@ CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
         default="120000",
         doc="How long a mutating call waits for this node's consumer to apply its record "
         "(read-your-writes) before its future fails with a timeout.",
+    ),
+    ConfigKey(
+        CONSUME_STALL_TIMEOUT_MS,
+        "long",
+        minimum=0,
+        default="30000",
+        doc="tierlog's own key: how long the consumer may read nothing from a metadata "
+        "partition that a write or a replay waits for, while the broker has records past its "
+        "position, before it restarts that partition's fetch (librdkafka can leave an "
+        "assigned partition's fetcher idle after a broker restart, with no error); 0 turns "
+        "the check off.",
     ),
     ConfigKey(
         INIT_RETRY_MAX_TIMEOUT_MS,
@@ -255,6 +270,7 @@ class TopicRlmmConfig:
     retention_ms: int = -1
     min_isr: int = 2
     consume_wait_ms: int = 120_000
+    consume_stall_timeout_ms: int = 30_000
     initialization_retry_max_timeout_ms: int = 120_000
     initialization_retry_interval_ms: int = 100
     log_dir: str | None = None
@@ -343,6 +359,7 @@ class TopicRlmmConfig:
             retention_ms=retention_ms,
             min_isr=_int(configs, MIN_ISR),
             consume_wait_ms=_int(configs, CONSUME_WAIT_MS),
+            consume_stall_timeout_ms=_int(configs, CONSUME_STALL_TIMEOUT_MS),
             initialization_retry_max_timeout_ms=_int(configs, INIT_RETRY_MAX_TIMEOUT_MS),
             initialization_retry_interval_ms=_int(configs, INIT_RETRY_INTERVAL_MS),
             log_dir=log_dir if isinstance(log_dir, str) and log_dir else None,

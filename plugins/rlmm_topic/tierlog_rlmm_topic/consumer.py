@@ -41,6 +41,19 @@ assignment of a user partition of that metadata partition replays it again (the 
 have been removed by retention meanwhile). Consumer errors (a broker down, a leader moving) are
 logged at WARNING, at most every 30 s per kind, and waited out: librdkafka keeps the positions
 and resumes fetching where it stopped, so nothing is lost or read twice.
+
+Stalled fetches
+---------------
+librdkafka has been seen to leave an ``assign()``ed partition's fetcher idle after a broker
+restart, with no error at all (librdkafka issue #5153; here a write's record was committed and
+never read back): every write to that metadata partition would then time out, for good. So a
+metadata partition that a write or a replay waits for, from which nothing was read for
+``stall_timeout_s`` (``remote.log.metadata.consume.stall.timeout.ms``) although the broker has
+records past the position (its end offset, the last stable offset for a ``read_committed``
+consumer, asked through the second client) at two checks in a row, has its fetch restarted:
+unassigned and assigned again at the position (logged at WARNING, counted in
+``fetch_restarts``). Nothing is skipped or applied twice. A partition that is simply caught up
+(its writes wait on an open transaction) or whose broker cannot be asked is left alone.
 """
 
 from __future__ import annotations
@@ -71,6 +84,11 @@ DEFAULT_POLL_TIMEOUT_S: Final = 0.05
 stops (Kafka's ConsumerTask polls for 100 ms)."""
 DEFAULT_BATCH: Final = 1000
 _WATERMARK_TIMEOUT_S: Final = 5.0
+DEFAULT_STALL_TIMEOUT_S: Final = 30.0
+"""How long a waited-for metadata partition may read nothing while records are readable."""
+_STALL_CHECK_S: Final = 5.0
+"""At most this long between two checks for stalled fetches."""
+_STALL_QUERY_TIMEOUT_S: Final = 2.0
 _ERROR_LOG_INTERVAL_S: Final = 30.0
 
 
@@ -102,9 +120,11 @@ class ConsumerTask:
         progress: ReplayProgressSettings | None = None,
         poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_S,
         batch: int = DEFAULT_BATCH,
+        stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._topic = topic
+        self._stall_timeout_s = stall_timeout_s
         self._applier = applier
         self._partitioner = partitioner
         self._poll_timeout_s = poll_timeout_s
@@ -139,6 +159,14 @@ class ConsumerTask:
         self._uninitialized: set[TopicIdPartition] = set()
         self._assigned: set[int] = set()
         self._error_logged: dict[int, float] = {}
+        # Stalled fetches: when each assigned partition last gave a record or an end of
+        # partition (or was (re)assigned), when a check first found it behind the broker's end
+        # since then, and the end the last check saw (diagnostics).
+        self._progress_at: dict[int, float] = {}
+        self._behind_at: dict[int, float] = {}
+        self._readable_end: dict[int, int] = {}
+        self._next_stall_check = 0.0
+        self._fetch_restarts = 0
         self._thread = threading.Thread(
             target=self._run, name=f"rlmm-consumer-{topic}", daemon=True
         )
@@ -152,6 +180,12 @@ class ConsumerTask:
     def replays_shown(self) -> int:
         """How many replays were long enough to show progress."""
         return self._meter.shown
+
+    @property
+    def fetch_restarts(self) -> int:
+        """How many times a stalled partition's fetch was restarted (see the module docstring)."""
+        with self._cond:
+            return self._fetch_restarts
 
     def start(self) -> None:
         self._thread.start()
@@ -259,8 +293,18 @@ class ConsumerTask:
                 f"the record at {self._topic} partition {waiter.partition} offset "
                 f"{waiter.offset} ({waiter.tip}) was written but not applied by this node's "
                 f"consumer within {waiter.timeout_ms} ms (remote.log.metadata.consume.wait.ms)"
+                f"{self._where(waiter.partition)}"
             )
         return None
+
+    def _where(self, partition: int) -> str:
+        """Where the consumer stands in ``partition``, for a timeout's message (read without
+        the thread's lock: a diagnostic)."""
+        position = self._position(partition)
+        read = "nothing yet" if position is None else f"up to offset {position}"
+        end = self._readable_end.get(partition)
+        known = "" if end is None else f", the broker's readable end was {end} at the last check"
+        return f"; it had read {read} there{known}"
 
     def _complete_waiters(self) -> None:
         if not self._waiters:
@@ -319,6 +363,7 @@ class ConsumerTask:
                             self._cond.wait(self._poll_timeout_s)
                 loading = self._mark_ready()
                 self._complete_waiters()
+                self._watch_stalls()
                 if self._meter.active:
                     self._meter.update(ready=len(self._processed) - loading, loading=loading)
         except BaseException as exc:
@@ -406,6 +451,11 @@ class ConsumerTask:
                 )
                 for p in sorted(needed)
             ]
+            now = self._monotonic()
+            for partition in self._assigned | needed:
+                self._forget_progress(partition)
+                if partition in needed:
+                    self._progress_at[partition] = now
             if assignment:
                 self._consumer.assign(assignment)
                 # The thread alone changes _failures, so it reads them without the lock.
@@ -420,6 +470,12 @@ class ConsumerTask:
         removed = sorted(self._assigned - needed)
         added = sorted(needed - self._assigned)
         rewound = sorted((replayed & self._assigned) & needed)
+        now = self._monotonic()
+        for partition in removed:
+            self._forget_progress(partition)
+        for partition in (*added, *rewound):
+            self._forget_progress(partition)
+            self._progress_at[partition] = now
         if removed:
             self._consumer.incremental_unassign([KafkaTopicPartition(topic, p) for p in removed])
         if added:
@@ -440,6 +496,88 @@ class ConsumerTask:
         if rewound:
             # A partition paused on an unreadable record is read again from the start.
             self._consumer.resume([KafkaTopicPartition(topic, p) for p in rewound])
+
+    def _forget_progress(self, partition: int) -> None:
+        self._progress_at.pop(partition, None)
+        self._behind_at.pop(partition, None)
+        self._readable_end.pop(partition, None)
+
+    def _position(self, partition: int) -> int | None:
+        """The next offset this consumer reads in ``partition`` (past a control record or a
+        compacted gap once it reached the end of the partition), None before its first record
+        or end of partition."""
+        read = self._read_by_meta.get(partition)
+        eof = self._eof.get(partition)
+        if read is None:
+            return eof
+        return read + 1 if eof is None else max(read + 1, eof)
+
+    def _watch_stalls(self) -> None:
+        """Restart the fetch of a waited-for partition that reads nothing although the broker
+        has records past its position (see the module docstring)."""
+        if self._stall_timeout_s <= 0:
+            return
+        now = self._monotonic()
+        if now < self._next_stall_check:
+            return
+        self._next_stall_check = now + min(_STALL_CHECK_S, self._stall_timeout_s / 2)
+        with self._cond:
+            wanted = {waiter.partition for waiter in self._waiters}
+            failed = set(self._failures)
+        wanted |= {self._processed[tip][0] for tip in self._uninitialized if tip in self._processed}
+        for partition in sorted((wanted & self._assigned) - failed):
+            since = self._progress_at.setdefault(partition, now)
+            behind = self._behind_at.get(partition)
+            if behind is not None and behind < since:  # it read something since: start over
+                del self._behind_at[partition]
+                behind = None
+            if now - since < self._stall_timeout_s:
+                continue
+            try:
+                begin, end = self._offsets.get_watermark_offsets(
+                    KafkaTopicPartition(self._topic, partition),
+                    timeout=_STALL_QUERY_TIMEOUT_S,
+                    cached=False,
+                )
+            except KafkaException:  # the broker cannot be asked: librdkafka resumes by itself
+                continue
+            self._readable_end[partition] = end
+            position = self._position(partition)
+            if end <= (begin if position is None else position):
+                self._behind_at.pop(partition, None)  # caught up: its writes wait on the broker
+                continue
+            if behind is None:
+                self._behind_at[partition] = now  # behind once: restarted if still at the next
+                continue
+            self._restart_fetch(partition, position, end, now - since)
+            self._forget_progress(partition)
+            self._progress_at[partition] = now
+
+    def _restart_fetch(self, partition: int, position: int | None, end: int, idle: float) -> None:
+        start = self._start_offset(partition)
+        _LOG.warning(
+            "%s partition %d: nothing read for %.0f s although the broker has records up to "
+            "offset %d (this consumer is at %s): restarting the partition's fetch at %s",
+            self._topic,
+            partition,
+            idle,
+            end,
+            "its beginning" if position is None else f"offset {position}",
+            "the beginning" if start == OFFSET_BEGINNING else f"offset {start}",
+        )
+        try:
+            self._consumer.incremental_unassign([KafkaTopicPartition(self._topic, partition)])
+            self._consumer.incremental_assign([KafkaTopicPartition(self._topic, partition, start)])
+            # Only a partition stopped on an unreadable record is paused by this task, and
+            # those are never restarted: whatever paused this one, it reads again.
+            self._consumer.resume([KafkaTopicPartition(self._topic, partition)])
+        except KafkaException as exc:  # tried again at the next check
+            _LOG.warning(
+                "cannot restart the fetch of %s partition %d: %s", self._topic, partition, exc
+            )
+            return
+        with self._cond:
+            self._fetch_restarts += 1
 
     def _start_offset(self, partition: int) -> int:
         """Where a newly assigned metadata partition starts: after what was read, else at the
@@ -484,6 +622,8 @@ class ConsumerTask:
         decode = self._applier.decode
         apply = self._applier.apply
         stopped = self._failures  # only this thread changes it: read without the lock
+        progress_at = self._progress_at
+        now = self._monotonic()
         for message in messages:
             error = message.error()
             partition = message.partition()
@@ -492,6 +632,7 @@ class ConsumerTask:
                 if error is not None:
                     self._consumer_error(error)
                 continue
+            progress_at[partition] = now
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     self._eof[partition] = offset

@@ -240,6 +240,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self._applier,
                 lambda tip: metadata_partition(tip, num_partitions),
                 progress=self._progress,
+                stall_timeout_s=config.consume_stall_timeout_ms / 1000,
             )
         except BaseException:
             producer.close()
