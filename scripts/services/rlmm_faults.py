@@ -535,14 +535,17 @@ class Writer:
         issued_after: float | None = None,
         timeout: float,
         no_failure_after: float | None = None,
+        excused: Callable[[Call], bool] = lambda call: False,
     ) -> None:
         """Wait until ``count`` calls issued after ``issued_after`` were acknowledged on every
         partition; with ``no_failure_after``, fail at once if a call issued then or later
-        failed (rather than wait for the deadline)."""
+        failed (rather than wait for the deadline), unless ``excused(call)``."""
 
         def enough() -> bool:
             if no_failure_after is not None:
-                failed = [c for c in self.failed() if c.issued_at >= no_failure_after]
+                failed = [
+                    c for c in self.failed() if c.issued_at >= no_failure_after and not excused(c)
+                ]
                 if failed:
                     pytest.fail(
                         f"while waiting for {what}: {len(failed)} calls failed: {failed[:5]}",

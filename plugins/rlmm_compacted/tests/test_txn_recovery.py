@@ -16,14 +16,27 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from services._common import Service
 from services.kafka import start_again, stop_kafka
-from tierlog_rlmm_compacted.txn_producer import OutRecord, TransactionalMetadataProducer
+from tierlog_rlmm_compacted import txn_producer
+from tierlog_rlmm_compacted.txn_producer import (
+    TRANSACTIONAL_ID,
+    OutRecord,
+    TransactionalMetadataProducer,
+)
 from tierlog_rlmm_topic.producer import RetriableProduceError
 
 pytestmark = pytest.mark.slow
@@ -211,6 +224,8 @@ def test_writes_fail_retriably_during_an_outage_and_succeed_after(
     spanned = [v for v, issued, finished, _ in writer.outcomes if issued < down <= finished]
     assert spanned, "no write was in flight when the broker went away"
     print(f"aborts {producer.aborts}, rebuilds {producer.rebuilds}, failed {len(failed)}")
+    # Every client lost the broker: an outage, waited out, not a producer to replace.
+    assert producer.replaced == 0
 
     # A failed write may have been committed all the same (the outage hit its commit). The
     # reader sees every succeeded write, in order, both records of each, none twice.
@@ -233,3 +248,52 @@ def test_writes_fail_retriably_during_an_outage_and_succeed_after(
         # the rebuilt producer's first commit on that partition: a Kafka-side hanging
         # transaction, which the RLMM's own retry tolerates; see the plugin's README.)
         assert not partial, f"failed writes committed on one partition only: {sorted(partial)}"
+
+
+def test_a_producer_that_lost_its_brokers_is_replaced(
+    broker: Service,
+    topic: str,
+    make_producer: Callable[[int], TransactionalMetadataProducer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka can drop every broker a producer knew, for good, after a broker restart
+    (librdkafka#5301): its commits then time out and it cannot even fetch metadata, while a new
+    client reaches the cluster. Simulated on the first librdkafka producer, once armed: the
+    write in flight fails retriably, naming the issue; the producer is replaced (the new one's
+    init_transactions aborts the lost one's open transaction, so a reader never sees that
+    write); the next writes succeed."""
+    lost = threading.Event()
+
+    class LostProducer(Producer):
+        def commit_transaction(self, *args: Any) -> None:
+            if lost.is_set():
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "simulated: no broker"))
+            super().commit_transaction(*args)
+
+        def list_topics(self, *args: Any, **kwargs: Any) -> Any:
+            if lost.is_set():
+                raise KafkaException(KafkaError(KafkaError._TRANSPORT, "simulated: no broker"))
+            return super().list_topics(*args, **kwargs)
+
+    made: list[Any] = []
+    real_new_client = txn_producer.new_client
+
+    def new_client(factory: Any, configs: Any, role: str) -> Any:
+        first = factory is Producer and TRANSACTIONAL_ID in configs and not made
+        client = real_new_client(LostProducer if first else factory, configs, role)
+        if factory is Producer and TRANSACTIONAL_ID in configs:
+            made.append(client)
+        return client
+
+    monkeypatch.setattr(txn_producer, "new_client", new_client)
+    producer = make_producer(60_000)
+    producer.send(write(b"before", topic), 0).result(timeout=DEADLINE_S)
+    lost.set()
+    failed = producer.send(write(b"lost", topic), 0).exception(timeout=DEADLINE_S)
+    assert isinstance(failed, RetriableProduceError), failed
+    assert "librdkafka#5301" in str(failed) and "replaced" in str(failed)
+    assert producer.replaced == 1 and len(made) == 2
+    for value in (b"after-1", b"after-2"):
+        producer.send(write(value, topic), 0).result(timeout=DEADLINE_S)
+    for partition in (0, 1):
+        assert committed_values(broker.url, topic, partition) == [b"before", b"after-1", b"after-2"]

@@ -34,6 +34,12 @@ Errors (librdkafka's transactional API):
   and allows no other call meanwhile); while it cannot, each batch fails retriably after
   ``commit_timeout_s``, so callers get an answer, never a hang. When the broker is back, the
   next write succeeds.
+- **a producer that lost its brokers**: librdkafka can drop every broker it knew, for good,
+  when a restarted broker answers a metadata request before it lists itself (librdkafka#5301).
+  When the coordinator cannot be reached in time, the producer is asked for metadata; if it
+  cannot answer while a new client can, it is replaced (as after a fatal error, but not counted
+  in ``max_rebuilds``): the writes of that transaction fail retriably, and the new producer's
+  ``init_transactions`` ends the old transaction before the next one (``replaced`` counts them).
 - *fatal* errors: librdkafka's producer cannot be used any more.
   - Fenced (``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``) with no outage behind it: another
     producer started with the same ``transactional.id``, that is another instance of this
@@ -82,6 +88,13 @@ _ATTEMPT_S: Final = 10.0
 """Longest single ``init_transactions``/``commit_transaction``/``abort_transaction`` call."""
 _CONNECT_S: Final = 5.0
 """How long a producer waits for broker metadata before its first ``init_transactions``."""
+_PROBE_S: Final = 2.0
+"""How long the producer's own metadata request may take when it is suspected of having lost
+its brokers."""
+_REPLACED: Final = (
+    "the producer had lost every broker connection (librdkafka#5301) and was replaced by a new "
+    "one; the write may still be committed if its commit had reached the coordinator"
+)
 _QUEUE_FULL_WAIT_S: Final = 30.0
 """How long a produce waits for room in librdkafka's queue before the transaction is retried."""
 
@@ -228,6 +241,7 @@ class TransactionalMetadataProducer:
         self._transactions = 0
         self._aborts = 0
         self._rebuilt = 0
+        self._replaced = 0
         self._thread = threading.Thread(
             target=self._run, name=f"rlmm-txn-producer-{transactional_id}", daemon=True
         )
@@ -256,6 +270,13 @@ class TransactionalMetadataProducer:
         """librdkafka producers replaced after a fatal error so far."""
         with self._cond:
             return self._rebuilt
+
+    @property
+    def replaced(self) -> int:
+        """librdkafka producers replaced because they had lost every broker (librdkafka#5301)
+        while the cluster was reachable (also counted in ``rebuilds``)."""
+        with self._cond:
+            return self._replaced
 
     def send(self, records: Sequence[OutRecord], primary: int) -> Future[tuple[int, int]]:
         """Queue one write; the future gives ``(partition, offset)`` of ``records[primary]``
@@ -409,8 +430,7 @@ class TransactionalMetadataProducer:
                     return
                 self._commit()
             except _Unavailable as exc:  # the commit, or the empty transaction's abort
-                self._pending(exc)
-                self._fail_retriable(batch, exc.what)
+                self._unavailable(batch, exc, exc.what)
                 return
             except _Abortable as exc:
                 last = exc.what
@@ -428,9 +448,10 @@ class TransactionalMetadataProducer:
                     self._rebuild_or_give_up(fatal, batch)
                     return
                 except _Unavailable as unavailable:
-                    self._pending(unavailable)
-                    self._fail_retriable(
-                        self._drop_refused(batch), f"{unavailable.what} (after: {exc.what})"
+                    self._unavailable(
+                        self._drop_refused(batch),
+                        unavailable,
+                        f"{unavailable.what} (after: {exc.what})",
                     )
                     return
                 batch = self._drop_refused(batch)
@@ -452,7 +473,12 @@ class TransactionalMetadataProducer:
                 self._recover()
                 return True
             except _Unavailable as exc:
-                self._fail_retriable(batch, exc.what)
+                # Still pending: the ending is already remembered (or a rebuilt producer's
+                # init_transactions), unless the producer lost its brokers and is replaced.
+                if self._replaced_if_lost():
+                    self._fail_retriable(batch, f"{exc.what}; {_REPLACED}")
+                else:
+                    self._fail_retriable(batch, exc.what)
                 return False
             except _Fatal as fatal:
                 # Nothing of ``batch`` was produced: it goes on with the rebuilt producer.
@@ -482,6 +508,67 @@ class TransactionalMetadataProducer:
             self._abort()
             self._abort_pending = False
             _LOG.info("%s ended the transaction an outage had left open", self._transactional_id)
+
+    def _unavailable(self, batch: list[_Write], unavailable: _Unavailable, why: str) -> None:
+        """The coordinator could not be reached in time: ``batch`` fails retriably, and the
+        interrupted commit or abort is remembered, or, when the producer itself lost its
+        brokers, the producer is replaced (whose ``init_transactions`` ends that transaction)."""
+        if self._replaced_if_lost():
+            self._fail_retriable(batch, f"{why}; {_REPLACED}")
+            return
+        self._pending(unavailable)
+        self._fail_retriable(batch, why)
+
+    def _replaced_if_lost(self) -> bool:
+        """Replace the librdkafka producer if it cannot reach the cluster while a new client
+        can (librdkafka#5301: after a broker restart, a metadata response listing no broker
+        makes librdkafka drop every broker it knew, for good); whether it was replaced. An
+        outage every client sees is waited out as before. Not counted as a rebuild after a
+        fatal error (``max_rebuilds``): it says nothing about this node's transactions."""
+        try:
+            self._producer.list_topics(timeout=_PROBE_S)
+            return False
+        except KafkaException:
+            pass
+        probe_configs = {k: v for k, v in self._configs.items() if k != TRANSACTIONAL_ID}
+        try:
+            probe = new_client(Producer, probe_configs, "producer")
+        except Exception as exc:  # cannot tell: waited out as an outage
+            _LOG.debug("cannot create a probe of %s: %s", self._servers, exc)
+            return False
+        try:
+            reached = bool(probe.list_topics(timeout=_CONNECT_S).brokers)
+        except KafkaException:
+            reached = False
+        finally:
+            close_client(probe)
+        if not reached:
+            return False
+        _LOG.warning(
+            "the metadata producer %s lost every broker of %s although a new client reaches "
+            "them (librdkafka#5301, after a broker restart): replacing it",
+            self._transactional_id,
+            self._servers,
+        )
+        self._outage = True  # the replaced producer's transaction was interrupted
+        self._replace_producer()
+        with self._cond:
+            self._replaced += 1
+        return True
+
+    def _replace_producer(self) -> None:
+        """A new librdkafka producer with the same ``transactional.id`` (its
+        ``init_transactions``, before the next transaction, fences the old one and ends its
+        transaction); the old one is discarded on a thread of its own (with the coordinator
+        gone, closing can block)."""
+        old, self._producer = self._producer, new_client(Producer, self._configs, "producer")
+        self._init_pending = True
+        self._commit_pending = self._abort_pending = False
+        with self._cond:
+            self._rebuilt += 1
+        threading.Thread(
+            target=_discard, args=(old,), name="rlmm-txn-producer-discard", daemon=True
+        ).start()
 
     def _pending(self, unavailable: _Unavailable) -> None:
         """Remember the commit or abort an outage interrupted (``_recover`` ends it)."""
@@ -513,16 +600,8 @@ class TransactionalMetadataProducer:
             self._transactional_id,
             fatal.failure,
         )
-        old, self._producer = self._producer, new_client(Producer, self._configs, "producer")
-        self._init_pending = True
-        self._commit_pending = self._abort_pending = False
+        self._replace_producer()
         self._rebuilds += 1
-        with self._cond:
-            self._rebuilt += 1
-        # close() aborts and flushes: with the coordinator gone it can block; nothing waits.
-        threading.Thread(
-            target=_discard, args=(old,), name="rlmm-txn-producer-discard", daemon=True
-        ).start()
         if fail_if_rebuilt:
             self._fail_retriable(batch, f"the metadata producer was rebuilt: {fatal.failure}")
         return True

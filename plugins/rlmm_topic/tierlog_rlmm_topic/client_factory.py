@@ -80,13 +80,33 @@ def new_client(
         ) from exc
 
 
-def close_client(client: object) -> None:
+CLOSE_TIMEOUT_S: Final = 10.0
+"""How long ``close_client`` waits for a client to close."""
+
+
+def close_client(client: object, timeout: float = CLOSE_TIMEOUT_S) -> None:
     """Close a client that has ``close`` (not every confluent-kafka release gives every
-    client one); errors are logged, closing goes on."""
+    client one); errors are logged, closing goes on. The close runs on a daemon thread and is
+    waited for ``timeout`` seconds at most: a client that lost its brokers for good
+    (librdkafka#5301) never finishes closing (a producer's close aborts its transaction and
+    flushes, with no timeout of its own), and the RLMM's close must not hang on it."""
     close = getattr(client, "close", None)
     if close is None:
         return
-    try:
-        close()
-    except Exception as exc:  # a failed close must not hide the caller's own outcome
-        _LOG.warning("error while closing a librdkafka client: %s", exc)
+
+    def run() -> None:
+        try:
+            close()
+        except Exception as exc:  # a failed close must not hide the caller's own outcome
+            _LOG.warning("error while closing a librdkafka client: %s", exc)
+
+    closing = threading.Thread(target=run, name="rlmm-client-close", daemon=True)
+    closing.start()
+    closing.join(timeout)
+    if closing.is_alive():
+        _LOG.warning(
+            "a librdkafka client (%s) did not finish closing within %.0f s (it may have lost "
+            "its brokers: librdkafka#5301); it is left to finish on its own",
+            type(client).__name__,
+            timeout,
+        )

@@ -14,7 +14,7 @@ Two keys are tierlog's own: ``remote.log.metadata.topic.name`` (default
 ``__remote_log_metadata``; Kafka hard-codes the name, tierlog lets tests and side-by-side
 deployments use another topic, and the compacted RLMM reuses the key), and
 ``remote.log.metadata.consume.stall.timeout.ms`` (default 30 s: when the consumer task
-restarts the fetch of a metadata partition that stopped advancing; see ``consumer``).
+replaces a consumer that stopped reading a metadata partition; see ``consumer``).
 
 The client properties are Java client keys; ``clients.translate`` turns them into librdkafka's,
 and the settings TBRLMM forces are applied on top (``acks=all`` and idempotence for the
@@ -128,9 +128,9 @@ CONFIG_KEYS: Final[tuple[ConfigKey, ...]] = (
         default="30000",
         doc="tierlog's own key: how long the consumer may read nothing from a metadata "
         "partition that a write or a replay waits for, while the broker has records past its "
-        "position, before it restarts that partition's fetch (librdkafka can leave an "
-        "assigned partition's fetcher idle after a broker restart, with no error); 0 turns "
-        "the check off.",
+        "position, before it is replaced by a new librdkafka client resuming where it stood "
+        "(librdkafka can lose a client's brokers for good after a broker restart, with no "
+        "error); 0 turns the check off.",
     ),
     ConfigKey(
         INIT_RETRY_MAX_TIMEOUT_MS,

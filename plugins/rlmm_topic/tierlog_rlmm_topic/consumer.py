@@ -44,16 +44,19 @@ and resumes fetching where it stopped, so nothing is lost or read twice.
 
 Stalled fetches
 ---------------
-librdkafka has been seen to leave an ``assign()``ed partition's fetcher idle after a broker
-restart, with no error at all (librdkafka issue #5153; here a write's record was committed and
-never read back): every write to that metadata partition would then time out, for good. So a
-metadata partition that a write or a replay waits for, from which nothing was read for
-``stall_timeout_s`` (``remote.log.metadata.consume.stall.timeout.ms``) although the broker has
-records past the position (its end offset, the last stable offset for a ``read_committed``
-consumer, asked through the second client) at two checks in a row, has its fetch restarted:
-unassigned and assigned again at the position (logged at WARNING, counted in
-``fetch_restarts``). Nothing is skipped or applied twice. A partition that is simply caught up
-(its writes wait on an open transaction) or whose broker cannot be asked is left alone.
+librdkafka can lose a running client's connection for good after a broker restart, with no
+error: a restarted KRaft broker may answer a metadata request before it lists itself, and
+librdkafka then decommissions every broker it knew, the bootstrap ones included
+(librdkafka#5301; seen here: the records of committed writes never read back, so every write to
+that metadata partition timed out). So a metadata partition that a write or a replay waits for,
+from which nothing was read for ``stall_timeout_s``
+(``remote.log.metadata.consume.stall.timeout.ms``) although the broker has records past the
+position (its end offset, the last stable offset for a ``read_committed`` consumer, asked
+through the second client) at two checks in a row, gets a **new consumer**: a new librdkafka
+client that resumes every assigned metadata partition where this one stood (logged at WARNING,
+counted in ``consumer_rebuilds``; nothing skipped or applied twice). When the end offset cannot be
+asked at all for twice that long, both clients are replaced. A partition simply caught up (its
+writes wait on an open transaction) is left alone.
 """
 
 from __future__ import annotations
@@ -124,6 +127,7 @@ class ConsumerTask:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._topic = topic
+        self._configs = dict(configs)
         self._stall_timeout_s = stall_timeout_s
         self._applier = applier
         self._partitioner = partitioner
@@ -166,7 +170,7 @@ class ConsumerTask:
         self._behind_at: dict[int, float] = {}
         self._readable_end: dict[int, int] = {}
         self._next_stall_check = 0.0
-        self._fetch_restarts = 0
+        self._consumer_rebuilds = 0
         self._thread = threading.Thread(
             target=self._run, name=f"rlmm-consumer-{topic}", daemon=True
         )
@@ -182,10 +186,10 @@ class ConsumerTask:
         return self._meter.shown
 
     @property
-    def fetch_restarts(self) -> int:
-        """How many times a stalled partition's fetch was restarted (see the module docstring)."""
+    def consumer_rebuilds(self) -> int:
+        """How many times the consumer was rebuilt after a stall (see the module docstring)."""
         with self._cond:
-            return self._fetch_restarts
+            return self._consumer_rebuilds
 
     def start(self) -> None:
         self._thread.start()
@@ -513,8 +517,9 @@ class ConsumerTask:
         return read + 1 if eof is None else max(read + 1, eof)
 
     def _watch_stalls(self) -> None:
-        """Restart the fetch of a waited-for partition that reads nothing although the broker
-        has records past its position (see the module docstring)."""
+        """Rebuild the consumer when a waited-for partition reads nothing although the broker
+        has records past its position, or cannot even be asked for long (see the module
+        docstring)."""
         if self._stall_timeout_s <= 0:
             return
         now = self._monotonic()
@@ -531,7 +536,8 @@ class ConsumerTask:
             if behind is not None and behind < since:  # it read something since: start over
                 del self._behind_at[partition]
                 behind = None
-            if now - since < self._stall_timeout_s:
+            idle = now - since
+            if idle < self._stall_timeout_s:
                 continue
             try:
                 begin, end = self._offsets.get_watermark_offsets(
@@ -539,7 +545,16 @@ class ConsumerTask:
                     timeout=_STALL_QUERY_TIMEOUT_S,
                     cached=False,
                 )
-            except KafkaException:  # the broker cannot be asked: librdkafka resumes by itself
+            except KafkaException as exc:
+                if idle >= 2 * self._stall_timeout_s:
+                    # Down, or this node's clients lost the cluster for good: new clients
+                    # cost little either way.
+                    self._rebuild(
+                        f"partition {partition}: nothing read for {idle:.0f} s and its end "
+                        f"offset cannot be asked ({exc})",
+                        offsets_too=True,
+                    )
+                    return
                 continue
             self._readable_end[partition] = end
             position = self._position(partition)
@@ -547,37 +562,59 @@ class ConsumerTask:
                 self._behind_at.pop(partition, None)  # caught up: its writes wait on the broker
                 continue
             if behind is None:
-                self._behind_at[partition] = now  # behind once: restarted if still at the next
+                self._behind_at[partition] = now  # behind once: rebuilt if still at the next
                 continue
-            self._restart_fetch(partition, position, end, now - since)
-            self._forget_progress(partition)
-            self._progress_at[partition] = now
-
-    def _restart_fetch(self, partition: int, position: int | None, end: int, idle: float) -> None:
-        start = self._start_offset(partition)
-        _LOG.warning(
-            "%s partition %d: nothing read for %.0f s although the broker has records up to "
-            "offset %d (this consumer is at %s): restarting the partition's fetch at %s",
-            self._topic,
-            partition,
-            idle,
-            end,
-            "its beginning" if position is None else f"offset {position}",
-            "the beginning" if start == OFFSET_BEGINNING else f"offset {start}",
-        )
-        try:
-            self._consumer.incremental_unassign([KafkaTopicPartition(self._topic, partition)])
-            self._consumer.incremental_assign([KafkaTopicPartition(self._topic, partition, start)])
-            # Only a partition stopped on an unreadable record is paused by this task, and
-            # those are never restarted: whatever paused this one, it reads again.
-            self._consumer.resume([KafkaTopicPartition(self._topic, partition)])
-        except KafkaException as exc:  # tried again at the next check
-            _LOG.warning(
-                "cannot restart the fetch of %s partition %d: %s", self._topic, partition, exc
+            at = "its beginning" if position is None else f"offset {position}"
+            self._rebuild(
+                f"partition {partition}: nothing read for {idle:.0f} s although the broker has "
+                f"records up to offset {end} (this consumer is at {at})",
+                offsets_too=False,
             )
             return
+
+    def _rebuild(self, why: str, *, offsets_too: bool) -> None:
+        """Replace the librdkafka consumer (and the end-offset client with ``offsets_too``)
+        by a new one that resumes every assigned metadata partition at its position (those
+        stopped on an unreadable record paused again). The old client is closed on a thread of
+        its own: a wedged client may never finish closing."""
+        _LOG.warning(
+            "%s %s: rebuilding this node's consumer%s (a new librdkafka client resuming every "
+            "metadata partition where it was)",
+            self._topic,
+            why,
+            " and its end-offset client" if offsets_too else "",
+        )
+        topic = self._topic
+        assignment = [
+            KafkaTopicPartition(topic, p, self._start_offset(p)) for p in sorted(self._assigned)
+        ]
+        try:
+            fresh = new_client(Consumer, self._configs, "consumer")
+        except Exception as exc:  # tried again at the next check
+            _LOG.warning("cannot create a new consumer for %s: %s", topic, exc)
+            return
+        try:
+            if assignment:
+                fresh.incremental_assign(assignment)
+                stopped = [tp for tp in assignment if tp.partition in self._failures]
+                if stopped:
+                    fresh.pause(stopped)
+            offsets = new_client(Consumer, self._configs, "consumer") if offsets_too else None
+        except Exception as exc:
+            _LOG.warning("cannot start a new consumer for %s: %s", topic, exc)
+            _close_aside(fresh)
+            return
+        _close_aside(self._consumer)
+        self._consumer = fresh
+        if offsets is not None:
+            _close_aside(self._offsets)
+            self._offsets = offsets
+        now = self._monotonic()
+        for partition in self._assigned:
+            self._progress_at[partition] = now
+            self._behind_at.pop(partition, None)
         with self._cond:
-            self._fetch_restarts += 1
+            self._consumer_rebuilds += 1
 
     def _start_offset(self, partition: int) -> int:
         """Where a newly assigned metadata partition starts: after what was read, else at the
@@ -733,6 +770,13 @@ class ConsumerTask:
             if partition not in loading:
                 del self._ends[partition]
         return sum(1 for tip in self._uninitialized if self._processed[tip][0] not in failed)
+
+
+def _close_aside(client: Consumer) -> None:
+    """Close a replaced client on a daemon thread (a wedged client may never finish)."""
+    threading.Thread(
+        target=close_client, args=(client,), name="rlmm-consumer-close", daemon=True
+    ).start()
 
 
 def _complete(waiter: _Waiter, outcome: BaseException | bool) -> None:
