@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
+import pickle
 from collections.abc import Callable
 
 import pytest
@@ -29,6 +30,7 @@ from services.rlmm_faults import (
 )
 from services.rlmm_suites import RlmmManagerSuite
 from tierlog_rlmm_topic import (
+    ConsumeTimeoutError,
     ReplayProgressSettings,
     TopicBasedRemoteLogMetadataManager,
     UnreadableMetadataRecordError,
@@ -307,6 +309,13 @@ def test_an_unreadable_record_stops_its_partition_with_a_clear_error(
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert any(f"offset {bad_offset}" in r.getMessage() for r in errors)
     assert [m.start_offset for m in reader.list_remote_log_segments(healthy)] == [0]
+
+
+def test_a_consume_timeout_keeps_its_facts_through_pickling() -> None:
+    error = ConsumeTimeoutError("not applied", position=12, readable_end=12)
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, ConsumeTimeoutError) and isinstance(copy, TimeoutError)
+    assert (str(copy), copy.position, copy.readable_end) == ("not applied", 12, 12)
 
 
 # Replay progress ---------------------------------------------------------------------------------

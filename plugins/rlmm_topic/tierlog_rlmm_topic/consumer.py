@@ -293,22 +293,20 @@ class ConsumerTask:
                 f"{self._topic} partition {waiter.partition} offset {waiter.offset} was applied"
             )
         if now >= waiter.deadline:
+            # Read without the thread's lock: a diagnostic.
+            position = self._position(waiter.partition)
+            end = self._readable_end.get(waiter.partition)
+            read = "nothing yet" if position is None else f"up to offset {position}"
+            known = "" if end is None else f", the broker's readable end was {end} when checked"
             return ConsumeTimeoutError(
                 f"the record at {self._topic} partition {waiter.partition} offset "
                 f"{waiter.offset} ({waiter.tip}) was written but not applied by this node's "
-                f"consumer within {waiter.timeout_ms} ms (remote.log.metadata.consume.wait.ms)"
-                f"{self._where(waiter.partition)}"
+                f"consumer within {waiter.timeout_ms} ms (remote.log.metadata.consume.wait.ms); "
+                f"it had read {read} there{known}",
+                position=position,
+                readable_end=end,
             )
         return None
-
-    def _where(self, partition: int) -> str:
-        """Where the consumer stands in ``partition``, for a timeout's message (read without
-        the thread's lock: a diagnostic)."""
-        position = self._position(partition)
-        read = "nothing yet" if position is None else f"up to offset {position}"
-        end = self._readable_end.get(partition)
-        known = "" if end is None else f", the broker's readable end was {end} at the last check"
-        return f"; it had read {read} there{known}"
 
     def _complete_waiters(self) -> None:
         if not self._waiters:

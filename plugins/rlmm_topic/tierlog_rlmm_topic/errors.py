@@ -48,4 +48,26 @@ def _rebuild(
 class ConsumeTimeoutError(RetriableRemoteStorageException, TimeoutError):
     """A write was acknowledged by the cluster but this node's consumer did not apply it within
     ``remote.log.metadata.consume.wait.ms`` (Kafka's ``TimeoutException``). The record is in the
-    topic and will be applied when the consumer catches up; repeating the call is harmless."""
+    topic and will be applied when the consumer catches up; repeating the call is harmless.
+
+    ``position`` is how far the consumer had read the record's metadata partition (None before
+    its first record there) and ``readable_end`` the end the broker gave a reader at the
+    consumer's last check (its last stable offset for a ``read_committed`` consumer; None if
+    never checked): a position at that end, below the record, means the broker itself held the
+    record back (an open transaction), not the consumer."""
+
+    def __init__(
+        self, message: str, *, position: int | None = None, readable_end: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.position = position
+        self.readable_end = readable_end
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_timeout, (str(self), self.position, self.readable_end))
+
+
+def _rebuild_timeout(
+    message: str, position: int | None, readable_end: int | None
+) -> ConsumeTimeoutError:
+    return ConsumeTimeoutError(message, position=position, readable_end=readable_end)
