@@ -499,6 +499,14 @@ class ConsumerTask:
             # A partition paused on an unreadable record is read again from the start.
             self._consumer.resume([KafkaTopicPartition(topic, p) for p in rewound])
 
+    def _watermarks(self, partition: int, timeout: float) -> tuple[int, int]:
+        """The broker's (begin, end) of ``partition``, asked through the second client (the
+        end is the last stable offset for a ``read_committed`` consumer)."""
+        begin, end = self._offsets.get_watermark_offsets(
+            KafkaTopicPartition(self._topic, partition), timeout=timeout, cached=False
+        )
+        return begin, end
+
     def _forget_progress(self, partition: int) -> None:
         self._progress_at.pop(partition, None)
         self._behind_at.pop(partition, None)
@@ -538,11 +546,7 @@ class ConsumerTask:
             if idle < self._stall_timeout_s:
                 continue
             try:
-                begin, end = self._offsets.get_watermark_offsets(
-                    KafkaTopicPartition(self._topic, partition),
-                    timeout=_STALL_QUERY_TIMEOUT_S,
-                    cached=False,
-                )
+                begin, end = self._watermarks(partition, _STALL_QUERY_TIMEOUT_S)
             except KafkaException as exc:
                 if idle >= 2 * self._stall_timeout_s:
                     # Down, or this node's clients lost the cluster for good: new clients
@@ -630,11 +634,7 @@ class ConsumerTask:
         wanted = {self._processed[tip][0] for tip in self._uninitialized} & self._assigned
         for partition in sorted(wanted - self._ends.keys()):
             try:
-                begin, end = self._offsets.get_watermark_offsets(
-                    KafkaTopicPartition(self._topic, partition),
-                    timeout=_WATERMARK_TIMEOUT_S,
-                    cached=False,
-                )
+                begin, end = self._watermarks(partition, _WATERMARK_TIMEOUT_S)
             except KafkaException as exc:
                 # Usual right after the topic is created (no leader known yet): INFO.
                 self._log_error(
