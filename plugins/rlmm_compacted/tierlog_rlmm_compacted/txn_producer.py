@@ -72,7 +72,13 @@ from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from tierlog_rlmm_topic.client_factory import close_client, new_client
-from tierlog_rlmm_topic.producer import ProduceError, RetriableProduceError, produce_error
+from tierlog_rlmm_topic.producer import (
+    LOST_BROKERS,
+    ProduceError,
+    RetriableProduceError,
+    lost_its_brokers,
+    produce_error,
+)
 
 from tierlog.spi import IllegalStateError, InvalidArgumentError
 
@@ -88,12 +94,8 @@ _ATTEMPT_S: Final = 10.0
 """Longest single ``init_transactions``/``commit_transaction``/``abort_transaction`` call."""
 _CONNECT_S: Final = 5.0
 """How long a producer waits for broker metadata before its first ``init_transactions``."""
-_PROBE_S: Final = 2.0
-"""How long the producer's own metadata request may take when it is suspected of having lost
-its brokers."""
 _REPLACED: Final = (
-    "the producer had lost every broker connection (librdkafka#5301) and was replaced by a new "
-    "one; the write may still be committed if its commit had reached the coordinator"
+    f"{LOST_BROKERS}; the write may still be committed if its commit had reached the coordinator"
 )
 _QUEUE_FULL_WAIT_S: Final = 30.0
 """How long a produce waits for room in librdkafka's queue before the transaction is retried."""
@@ -525,24 +527,7 @@ class TransactionalMetadataProducer:
         makes librdkafka drop every broker it knew, for good); whether it was replaced. An
         outage every client sees is waited out as before. Not counted as a rebuild after a
         fatal error (``max_rebuilds``): it says nothing about this node's transactions."""
-        try:
-            self._producer.list_topics(timeout=_PROBE_S)
-            return False
-        except KafkaException:
-            pass
-        probe_configs = {k: v for k, v in self._configs.items() if k != TRANSACTIONAL_ID}
-        try:
-            probe = new_client(Producer, probe_configs, "producer")
-        except Exception as exc:  # cannot tell: waited out as an outage
-            _LOG.debug("cannot create a probe of %s: %s", self._servers, exc)
-            return False
-        try:
-            reached = bool(probe.list_topics(timeout=_CONNECT_S).brokers)
-        except KafkaException:
-            reached = False
-        finally:
-            close_client(probe)
-        if not reached:
+        if not lost_its_brokers(self._producer, self._configs, drop=TRANSACTIONAL_ID):
             return False
         _LOG.warning(
             "the metadata producer %s lost every broker of %s although a new client reaches "

@@ -13,13 +13,17 @@ from __future__ import annotations
 import io
 import logging
 import pickle
+import threading
+import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 from services._common import Service
+from services.kafka import create_topic
 from services.rlmm_faults import (
     DEADLINE_S,
     assign,
@@ -35,6 +39,7 @@ from tierlog_rlmm_topic import (
     TopicBasedRemoteLogMetadataManager,
     UnreadableMetadataRecordError,
 )
+from tierlog_rlmm_topic import producer as producer_module
 
 from tierlog.conformance.rlmm_suite import (
     DELETE_FINISHED,
@@ -316,6 +321,63 @@ def test_a_consume_timeout_keeps_its_facts_through_pickling() -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert isinstance(copy, ConsumeTimeoutError) and isinstance(copy, TimeoutError)
     assert (str(copy), copy.position, copy.readable_end) == ("not applied", 12, 12)
+
+
+def test_a_producer_that_lost_its_brokers_is_replaced(
+    kafka_broker: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka can drop every broker a producer knew, for good, after a broker restart
+    (librdkafka#5301): its records then wait for nothing. Simulated on the first librdkafka
+    producer, once armed: it holds the records it is given and cannot fetch metadata. With
+    records held and no delivery report for the check's time (2 s here), it is replaced: the
+    held write fails retriably naming the issue, the next write goes to the new producer."""
+    topic = f"tierlog-lost-brokers-{uuid.uuid4().hex}"
+    create_topic(kafka_broker.url, topic, 1)
+    lost = threading.Event()
+    held: list[Callable[[KafkaError | None, Any], None]] = []
+
+    class LostProducer(Producer):
+        def produce(self, *args: Any, **kwargs: Any) -> None:
+            if lost.is_set():
+                held.append(kwargs["on_delivery"])
+                return
+            super().produce(*args, **kwargs)
+
+        def __len__(self) -> int:
+            return len(held) + super().__len__()
+
+        def list_topics(self, *args: Any, **kwargs: Any) -> Any:
+            if lost.is_set():
+                raise KafkaException(KafkaError(KafkaError._TRANSPORT, "simulated: no broker"))
+            return super().list_topics(*args, **kwargs)
+
+        def purge(self, *args: Any, **kwargs: Any) -> None:
+            for delivered in held:
+                delivered(KafkaError(KafkaError._PURGE_QUEUE, "purged"), None)
+            held.clear()
+            super().purge(*args, **kwargs)
+
+    real_new_client = producer_module.new_client
+    made: list[Any] = []
+
+    def new_client(factory: Any, configs: Any, role: str) -> Any:
+        client = real_new_client(LostProducer if not made else factory, configs, role)
+        made.append(client)
+        return client
+
+    monkeypatch.setattr(producer_module, "new_client", new_client)
+    configs = {"bootstrap.servers": kafka_broker.url, "acks": "all", "enable.idempotence": "true"}
+    producer = producer_module.MetadataProducer(topic, configs, lost_check_after_s=2.0)
+    try:
+        assert producer.send(0, b"before").result(timeout=DEADLINE_S) == (0, 0)
+        lost.set()
+        error = producer.send(0, b"lost").exception(timeout=DEADLINE_S)
+        assert isinstance(error, producer_module.RetriableProduceError), error
+        assert "librdkafka#5301" in str(error) and "replaced" in str(error)
+        assert producer.replaced == 1
+        assert producer.send(0, b"after").result(timeout=DEADLINE_S) == (0, 1)
+    finally:
+        producer.close()
 
 
 # Replay progress ---------------------------------------------------------------------------------

@@ -11,6 +11,15 @@ partition.
 ``send`` returns a ``Future`` of ``(partition, offset)``, completed by librdkafka's delivery
 report. Delivery reports are served by a small thread calling ``poll``, so a caller never has
 to, and ``close`` flushes what is in flight before it stops.
+
+A producer that lost its brokers for good (librdkafka#5301: after a broker restart, a metadata
+response listing no broker makes librdkafka drop every broker it knew) would hold its records
+until the delivery timeout and every later one after it, forever. So when records are
+outstanding and no delivery report came for ``lost_check_after_s`` (30 s), the poll thread asks
+the producer for metadata; if it cannot answer while a new client can, it is replaced by a new
+one: the records it held fail with a retriable ``RetriableProduceError`` naming the issue (the
+RLM writes them again), and later sends go to the new producer. A broker down for every client
+is waited out as before.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Final
 
@@ -31,7 +40,14 @@ from tierlog.spi import (
 )
 from tierlog_rlmm_topic.client_factory import close_client, new_client
 
-__all__ = ["MetadataProducer", "ProduceError", "RetriableProduceError", "produce_error"]
+__all__ = [
+    "LOST_BROKERS",
+    "MetadataProducer",
+    "ProduceError",
+    "RetriableProduceError",
+    "lost_its_brokers",
+    "produce_error",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -40,6 +56,17 @@ _POLL_S: Final = 0.05
 for it."""
 _QUEUE_FULL_WAIT_S: Final = 30.0
 """How long ``send`` waits for room in librdkafka's queue before it gives up (retriable)."""
+LOST_CHECK_AFTER_S: Final = 30.0
+"""How long records may be outstanding with no delivery report before the producer is checked
+for lost brokers."""
+_LOST_CHECK_EVERY_S: Final = 5.0
+_PROBE_S: Final = 2.0
+_CONNECT_S: Final = 5.0
+LOST_BROKERS: Final = (
+    "the producer had lost every broker connection (librdkafka#5301) and was replaced by a new one"
+)
+"""What a write failed by such a replacement says (both Kafka-topic RLMMs)."""
+_PURGED: Final = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 
 
 class ProduceError(RemoteStorageException):
@@ -74,15 +101,49 @@ def produce_error(topic: str, partition: int, error: KafkaError) -> ProduceError
     return ProduceError(message)
 
 
+def lost_its_brokers(producer: Producer, configs: Mapping[str, str], drop: str = "") -> bool:
+    """Whether ``producer`` cannot answer a metadata request while a new client made from
+    ``configs`` (without the key ``drop``) reaches at least one broker (librdkafka#5301)."""
+    try:
+        producer.list_topics(timeout=_PROBE_S)
+        return False
+    except KafkaException:
+        pass
+    try:
+        probe = new_client(Producer, {k: v for k, v in configs.items() if k != drop}, "producer")
+    except Exception as exc:  # cannot tell: waited out as an outage
+        _LOG.debug("cannot create a probe client: %s", exc)
+        return False
+    try:
+        return bool(probe.list_topics(timeout=_CONNECT_S).brokers)
+    except KafkaException:
+        return False
+    finally:
+        close_client(probe)
+
+
 class MetadataProducer:
     """An idempotent producer of metadata records to one topic."""
 
-    def __init__(self, topic: str, configs: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        topic: str,
+        configs: Mapping[str, str],
+        *,
+        lost_check_after_s: float = LOST_CHECK_AFTER_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._topic = topic
+        self._configs = dict(configs)
         self._producer: Producer = new_client(Producer, configs, "producer")
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._fatal: ProduceError | None = None
+        self._lost_check_after_s = lost_check_after_s
+        self._monotonic = monotonic
+        self._last_report = monotonic()
+        self._next_check = 0.0
+        self._replaced = 0
         self._poller = threading.Thread(
             target=self._poll_loop, name=f"rlmm-producer-{topic}", daemon=True
         )
@@ -92,6 +153,12 @@ class MetadataProducer:
     def topic(self) -> str:
         return self._topic
 
+    @property
+    def replaced(self) -> int:
+        """librdkafka producers replaced because they had lost every broker."""
+        with self._lock:
+            return self._replaced
+
     def send(self, partition: int, value: bytes) -> Future[tuple[int, int]]:
         """Produce ``value`` with a null key to ``partition``; the future gives the record's
         ``(partition, offset)`` once the cluster acknowledged it (``acks=all``), or fails with
@@ -100,6 +167,15 @@ class MetadataProducer:
         future.set_running_or_notify_cancel()
 
         def delivered(error: KafkaError | None, message: Message) -> None:
+            self._last_report = self._monotonic()
+            if error is not None and error.code() in _PURGED:  # only a replacement purges
+                future.set_exception(
+                    RetriableProduceError(
+                        f"cannot write to the remote log metadata topic {self._topic} "
+                        f"partition {partition}: {LOST_BROKERS}"
+                    )
+                )
+                return
             if error is not None:
                 exc = produce_error(self._topic, partition, error)
                 if error.fatal():
@@ -148,8 +224,47 @@ class MetadataProducer:
         while not self._closed.is_set():
             try:
                 self._producer.poll(_POLL_S)
+                self._watch()
             except Exception:  # a delivery callback must never stop the loop
                 _LOG.exception("error while serving the metadata producer's delivery reports")
+
+    def _watch(self) -> None:
+        """Replace the producer if it holds records, got no delivery report for
+        ``lost_check_after_s`` and lost its brokers (see the module docstring)."""
+        now = self._monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + min(_LOST_CHECK_EVERY_S, self._lost_check_after_s / 2)
+        producer = self._producer
+        if len(producer) == 0:
+            self._last_report = now
+            return
+        if now - self._last_report < self._lost_check_after_s:
+            return
+        if not lost_its_brokers(producer, self._configs):
+            return
+        _LOG.warning(
+            "the metadata producer of %s holds %d record(s), got no delivery report for %.0f s "
+            "and lost every broker although a new client reaches them (librdkafka#5301): "
+            "replacing it",
+            self._topic,
+            len(producer),
+            now - self._last_report,
+        )
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._producer = new_client(Producer, self._configs, "producer")
+            self._replaced += 1
+        self._last_report = now
+        try:  # its records fail (retriably, naming the issue) through their delivery reports
+            producer.purge(in_queue=True, in_flight=True, blocking=False)
+            producer.poll(0)
+        except (KafkaException, RuntimeError) as exc:
+            _LOG.debug("purging a replaced producer: %s", exc)
+        threading.Thread(
+            target=close_client, args=(producer,), name="rlmm-producer-close", daemon=True
+        ).start()
 
     def close(self, timeout: float = 30.0) -> None:
         """Flush what is in flight (up to ``timeout`` seconds), then stop; idempotent."""
