@@ -36,8 +36,9 @@ Errors (librdkafka's transactional API):
   next write succeeds.
 - **a producer that lost its brokers**: librdkafka can drop every broker it knew, for good,
   when a restarted broker answers a metadata request before it lists itself (librdkafka#5301).
-  When the coordinator cannot be reached in time, the producer is asked for metadata; if it
-  cannot answer while a new client can, it is replaced (as after a fatal error, but not counted
+  When the coordinator cannot be reached in time and a new client reaches a broker, the
+  producer is asked for metadata; if it cannot answer within ``own_client_patience_s`` (longer
+  than its longest reconnect backoff), it is replaced (as after a fatal error, but not counted
   in ``max_rebuilds``): the writes of that transaction fail retriably, and the new producer's
   ``init_transactions`` ends the old transaction before the next one (``replaced`` counts them).
 - *fatal* errors: librdkafka's producer cannot be used any more.
@@ -523,10 +524,11 @@ class TransactionalMetadataProducer:
 
     def _replaced_if_lost(self) -> bool:
         """Replace the librdkafka producer if it cannot reach the cluster while a new client
-        can (librdkafka#5301: after a broker restart, a metadata response listing no broker
-        makes librdkafka drop every broker it knew, for good); whether it was replaced. An
-        outage every client sees is waited out as before. Not counted as a rebuild after a
-        fatal error (``max_rebuilds``): it says nothing about this node's transactions."""
+        can (``lost_its_brokers``; librdkafka#5301: after a broker restart, a metadata
+        response listing no broker makes librdkafka drop every broker it knew, for good);
+        whether it was replaced. An outage every client sees is waited out as before. Not
+        counted as a rebuild after a fatal error (``max_rebuilds``): it says nothing about this
+        node's transactions."""
         if not lost_its_brokers(self._producer, self._configs, drop=TRANSACTIONAL_ID):
             return False
         _LOG.warning(

@@ -54,8 +54,9 @@ from which nothing was read for ``stall_timeout_s``
 position (its end offset, the last stable offset for a ``read_committed`` consumer, asked
 through the second client) at two checks in a row, gets a **new consumer**: a new librdkafka
 client that resumes every assigned metadata partition where this one stood (logged at WARNING,
-counted in ``consumer_rebuilds``; nothing skipped or applied twice). When the end offset cannot be
-asked at all for twice that long, both clients are replaced. A partition simply caught up (its
+counted in ``consumer_rebuilds``; nothing skipped or applied twice). When the end offset cannot
+be asked at all for twice that long while a new client can ask it, both clients are replaced
+(a broker down for every client is waited out). A partition simply caught up (its
 writes wait on an open transaction) is left alone.
 """
 
@@ -76,6 +77,7 @@ from tierlog.spi import IllegalStateError, RemoteStorageException, TopicIdPartit
 from tierlog_rlmm_topic.applier import RecordApplier
 from tierlog_rlmm_topic.client_factory import close_client, new_client
 from tierlog_rlmm_topic.errors import ConsumeTimeoutError, UnreadableMetadataRecordError
+from tierlog_rlmm_topic.producer import own_client_patience_s
 from tierlog_rlmm_topic.replay import ReplayMeter, ReplayProgressSettings
 
 __all__ = ["ConsumerTask"]
@@ -548,12 +550,10 @@ class ConsumerTask:
             try:
                 begin, end = self._watermarks(partition, _STALL_QUERY_TIMEOUT_S)
             except KafkaException as exc:
-                if idle >= 2 * self._stall_timeout_s:
-                    # Down, or this node's clients lost the cluster for good: new clients
-                    # cost little either way.
+                if idle >= 2 * self._stall_timeout_s and self._offsets_lost(partition):
                     self._rebuild(
                         f"partition {partition}: nothing read for {idle:.0f} s and its end "
-                        f"offset cannot be asked ({exc})",
+                        f"offset cannot be asked ({exc}) although a new client can",
                         offsets_too=True,
                     )
                     return
@@ -573,6 +573,30 @@ class ConsumerTask:
                 offsets_too=False,
             )
             return
+
+    def _offsets_lost(self, partition: int) -> bool:
+        """Whether the end-offset client lost its brokers for good: a new client is answered,
+        and it is not within ``own_client_patience_s`` (a broker down for every client, or a
+        client waiting to reconnect after an outage, is not a lost one)."""
+        tp = KafkaTopicPartition(self._topic, partition)
+        try:
+            probe = new_client(Consumer, self._configs, "consumer")
+        except Exception as exc:  # cannot tell
+            _LOG.debug("cannot create a probe of %s: %s", self._topic, exc)
+            return False
+        try:
+            probe.get_watermark_offsets(tp, timeout=_WATERMARK_TIMEOUT_S, cached=False)
+        except KafkaException:
+            return False  # an outage every client sees
+        finally:
+            _close_aside(probe)
+        try:
+            self._offsets.get_watermark_offsets(
+                tp, timeout=own_client_patience_s(self._configs), cached=False
+            )
+            return False
+        except KafkaException:
+            return True
 
     def _rebuild(self, why: str, *, offsets_too: bool) -> None:
         """Replace the librdkafka consumer (and the end-offset client with ``offsets_too``)

@@ -46,6 +46,7 @@ __all__ = [
     "ProduceError",
     "RetriableProduceError",
     "lost_its_brokers",
+    "own_client_patience_s",
     "produce_error",
 ]
 
@@ -60,8 +61,8 @@ LOST_CHECK_AFTER_S: Final = 30.0
 """How long records may be outstanding with no delivery report before the producer is checked
 for lost brokers."""
 _LOST_CHECK_EVERY_S: Final = 5.0
-_PROBE_S: Final = 2.0
 _CONNECT_S: Final = 5.0
+_OWN_METADATA_S: Final = 15.0
 LOST_BROKERS: Final = (
     "the producer had lost every broker connection (librdkafka#5301) and was replaced by a new one"
 )
@@ -102,24 +103,38 @@ def produce_error(topic: str, partition: int, error: KafkaError) -> ProduceError
 
 
 def lost_its_brokers(producer: Producer, configs: Mapping[str, str], drop: str = "") -> bool:
-    """Whether ``producer`` cannot answer a metadata request while a new client made from
-    ``configs`` (without the key ``drop``) reaches at least one broker (librdkafka#5301)."""
-    try:
-        producer.list_topics(timeout=_PROBE_S)
-        return False
-    except KafkaException:
-        pass
+    """Whether ``producer`` lost its brokers for good (librdkafka#5301): a new client made from
+    ``configs`` (without the key ``drop``) reaches a broker, and ``producer`` cannot answer a
+    metadata request within ``own_client_patience_s``."""
     try:
         probe = new_client(Producer, {k: v for k, v in configs.items() if k != drop}, "producer")
     except Exception as exc:  # cannot tell: waited out as an outage
         _LOG.debug("cannot create a probe client: %s", exc)
         return False
     try:
-        return bool(probe.list_topics(timeout=_CONNECT_S).brokers)
+        reached = bool(probe.list_topics(timeout=_CONNECT_S).brokers)
     except KafkaException:
-        return False
+        reached = False  # an outage every client sees
     finally:
         close_client(probe)
+    if not reached:
+        return False
+    try:
+        producer.list_topics(timeout=own_client_patience_s(configs))
+        return False
+    except KafkaException:
+        return True
+
+
+def own_client_patience_s(configs: Mapping[str, str]) -> float:
+    """How long a client suspected of having lost its brokers may take to answer: longer than
+    its longest reconnect backoff (``reconnect.backoff.max.ms``, 10 s by default), so a client
+    merely waiting to reconnect after an outage answers in time."""
+    try:
+        backoff_s = int(configs.get("reconnect.backoff.max.ms", "10000")) / 1000
+    except ValueError:
+        backoff_s = 10.0
+    return max(_OWN_METADATA_S, backoff_s + 5.0)
 
 
 class MetadataProducer:
