@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException
 
 from tierlog.spi import ConfigError
 
-__all__ = ["LibrdkafkaLog", "close_client", "new_client"]
+__all__ = ["LibrdkafkaLog", "close_aside", "close_client", "new_client", "own_client_patience_s"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -110,3 +110,25 @@ def close_client(client: object, timeout: float = CLOSE_TIMEOUT_S) -> None:
             type(client).__name__,
             timeout,
         )
+
+
+def close_aside(client: object) -> None:
+    """``close_client`` on a daemon thread, not waited for: a replaced client that lost its
+    brokers may take the whole bounded wait, which the caller's thread must not spend."""
+    threading.Thread(
+        target=close_client, args=(client,), name="rlmm-client-close-aside", daemon=True
+    ).start()
+
+
+_OWN_METADATA_S: Final = 15.0
+
+
+def own_client_patience_s(configs: Mapping[str, str]) -> float:
+    """How long a client suspected of having lost its brokers (librdkafka#5301) may take to
+    answer: longer than its longest reconnect backoff (``reconnect.backoff.max.ms``, 10 s by
+    default), so a client merely waiting to reconnect after an outage answers in time."""
+    try:
+        backoff_s = int(configs.get("reconnect.backoff.max.ms", "10000")) / 1000
+    except ValueError:
+        backoff_s = 10.0
+    return max(_OWN_METADATA_S, backoff_s + 5.0)

@@ -75,9 +75,13 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from tierlog.spi import IllegalStateError, RemoteStorageException, TopicIdPartition
 from tierlog_rlmm_topic.applier import RecordApplier
-from tierlog_rlmm_topic.client_factory import close_client, new_client
+from tierlog_rlmm_topic.client_factory import (
+    close_aside,
+    close_client,
+    new_client,
+    own_client_patience_s,
+)
 from tierlog_rlmm_topic.errors import ConsumeTimeoutError, UnreadableMetadataRecordError
-from tierlog_rlmm_topic.producer import own_client_patience_s
 from tierlog_rlmm_topic.replay import ReplayMeter, ReplayProgressSettings
 
 __all__ = ["ConsumerTask"]
@@ -589,7 +593,7 @@ class ConsumerTask:
         except KafkaException:
             return False  # an outage every client sees
         finally:
-            _close_aside(probe)
+            close_aside(probe)
         try:
             self._offsets.get_watermark_offsets(
                 tp, timeout=own_client_patience_s(self._configs), cached=False
@@ -628,12 +632,12 @@ class ConsumerTask:
             offsets = new_client(Consumer, self._configs, "consumer") if offsets_too else None
         except Exception as exc:
             _LOG.warning("cannot start a new consumer for %s: %s", topic, exc)
-            _close_aside(fresh)
+            close_aside(fresh)
             return
-        _close_aside(self._consumer)
+        close_aside(self._consumer)
         self._consumer = fresh
         if offsets is not None:
-            _close_aside(self._offsets)
+            close_aside(self._offsets)
             self._offsets = offsets
         now = self._monotonic()
         for partition in self._assigned:
@@ -792,13 +796,6 @@ class ConsumerTask:
             if partition not in loading:
                 del self._ends[partition]
         return sum(1 for tip in self._uninitialized if self._processed[tip][0] not in failed)
-
-
-def _close_aside(client: Consumer) -> None:
-    """Close a replaced client on a daemon thread (a wedged client may never finish)."""
-    threading.Thread(
-        target=close_client, args=(client,), name="rlmm-consumer-close", daemon=True
-    ).start()
 
 
 def _complete(waiter: _Waiter, outcome: BaseException | bool) -> None:

@@ -38,7 +38,12 @@ from tierlog.spi import (
     RemoteStorageException,
     RetriableRemoteStorageException,
 )
-from tierlog_rlmm_topic.client_factory import close_client, new_client
+from tierlog_rlmm_topic.client_factory import (
+    close_aside,
+    close_client,
+    new_client,
+    own_client_patience_s,
+)
 
 __all__ = [
     "LOST_BROKERS",
@@ -46,7 +51,6 @@ __all__ = [
     "ProduceError",
     "RetriableProduceError",
     "lost_its_brokers",
-    "own_client_patience_s",
     "produce_error",
 ]
 
@@ -62,7 +66,6 @@ LOST_CHECK_AFTER_S: Final = 30.0
 for lost brokers."""
 _LOST_CHECK_EVERY_S: Final = 5.0
 _CONNECT_S: Final = 5.0
-_OWN_METADATA_S: Final = 15.0
 LOST_BROKERS: Final = (
     "the producer had lost every broker connection (librdkafka#5301) and was replaced by a new one"
 )
@@ -124,17 +127,6 @@ def lost_its_brokers(producer: Producer, configs: Mapping[str, str], drop: str =
         return False
     except KafkaException:
         return True
-
-
-def own_client_patience_s(configs: Mapping[str, str]) -> float:
-    """How long a client suspected of having lost its brokers may take to answer: longer than
-    its longest reconnect backoff (``reconnect.backoff.max.ms``, 10 s by default), so a client
-    merely waiting to reconnect after an outage answers in time."""
-    try:
-        backoff_s = int(configs.get("reconnect.backoff.max.ms", "10000")) / 1000
-    except ValueError:
-        backoff_s = 10.0
-    return max(_OWN_METADATA_S, backoff_s + 5.0)
 
 
 class MetadataProducer:
@@ -277,9 +269,7 @@ class MetadataProducer:
             producer.poll(0)
         except (KafkaException, RuntimeError) as exc:
             _LOG.debug("purging a replaced producer: %s", exc)
-        threading.Thread(
-            target=close_client, args=(producer,), name="rlmm-producer-close", daemon=True
-        ).start()
+        close_aside(producer)
 
     def close(self, timeout: float = 30.0) -> None:
         """Flush what is in flight (up to ``timeout`` seconds), then stop; idempotent."""
